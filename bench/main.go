@@ -1,0 +1,236 @@
+// Command bench measures bento against Watermill's own outbox and a bare
+// pgx + amqp091 loop on one machine, in one run: the relay drain of a
+// backlog from PostgreSQL to RabbitMQ with publisher confirms, the
+// unit-of-work commit against the same GORM write without events, and the
+// claim cost beside few and many sent rows. It prints medians over the runs,
+// writes them as JSON and draws the drain chart as SVG.
+//
+// It is its own module, so watermill-sql and the like stay out of bento's
+// go.mod. From the repository root:
+//
+//	go -C bench run . [-scenarios=drain,commit,claim] [-runs=3] [-events=100000]
+//
+// It needs PostgreSQL (database "test", user postgres) and RabbitMQ; see
+// -pg and -amqp. Each run works in a fresh schema and fresh
+// exchange and queue names, all removed afterwards.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// options are the command-line flags.
+type options struct {
+	scenarios      []string
+	runs           int
+	events         int
+	out            string
+	docsChart      string
+	commitDuration time.Duration
+	claim          claimConfig
+	from           string
+}
+
+var allScenarios = []string{"drain", "commit", "claim"}
+
+func parseFlags() (options, *env, error) {
+	var (
+		o         options
+		scenarios string
+		e         = &env{}
+	)
+	flag.StringVar(&scenarios, "scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios to run: drain, commit, claim")
+	flag.IntVar(&o.runs, "runs", 3, "repetitions of each scenario; the tables show medians")
+	flag.IntVar(&o.events, "events", 100000, "events in the drain backlog (Watermill's forwarder relays at most 20,000 of them)")
+	flag.StringVar(&o.out, "out", "", "directory for results.json and drain.svg (default: the results folder beside this program)")
+	flag.StringVar(&o.docsChart, "docs-chart", "", `where to copy the drain chart (default: docs/benchmarks-drain.svg of the repository; "-" for nowhere)`)
+	flag.DurationVar(&o.commitDuration, "commit-duration", 5*time.Second, "how long each commit measurement runs")
+	flag.IntVar(&o.claim.Pending, "claim-pending", 10000, "unsent rows in the claim scenario")
+	flag.IntVar(&o.claim.SentSmall, "claim-sent-small", 10000, "sent rows beside them, first measurement")
+	flag.IntVar(&o.claim.SentLarge, "claim-sent-large", 1000000, "sent rows beside them, second measurement")
+	flag.IntVar(&o.claim.Claims, "claims", 200, "claims measured at each size")
+	flag.StringVar(&o.from, "from", "", "measure nothing: print the tables of a results.json written earlier and redraw its chart")
+	flag.StringVar(&e.pgDSN, "pg", "host=127.0.0.1 port=5432 user=postgres dbname=test sslmode=disable", "PostgreSQL keyword/value DSN (search_path is added)")
+	flag.StringVar(&e.amqpURL, "amqp", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL")
+	flag.Parse()
+	o.claim.Limit = 100
+
+	for _, s := range strings.Split(scenarios, ",") {
+		s = strings.TrimSpace(s)
+		if !slices.Contains(allScenarios, s) {
+			return o, nil, fmt.Errorf("unknown scenario %q (want %s)", s, strings.Join(allScenarios, ", "))
+		}
+		if !slices.Contains(o.scenarios, s) {
+			o.scenarios = append(o.scenarios, s)
+		}
+	}
+	var errs []error
+	if o.runs < 1 {
+		errs = append(errs, fmt.Errorf("-runs: %d, must be at least 1", o.runs))
+	}
+	if o.events < 10 {
+		errs = append(errs, fmt.Errorf("-events: %d, must be at least 10", o.events))
+	}
+	if o.claim.Pending < o.claim.Limit*10 {
+		errs = append(errs, fmt.Errorf("-claim-pending: %d, must be at least %d", o.claim.Pending, o.claim.Limit*10))
+	}
+	if o.claim.SentLarge < o.claim.SentSmall {
+		errs = append(errs, errors.New("-claim-sent-large is below -claim-sent-small"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return o, nil, err
+	}
+	dir, found := benchDir()
+	if o.out == "" {
+		o.out = filepath.Join(dir, "results")
+	}
+	if o.docsChart == "" && found {
+		o.docsChart = filepath.Join(dir, "..", "docs", "benchmarks-drain.svg")
+	}
+	if o.docsChart == "-" {
+		o.docsChart = ""
+	}
+	e.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return o, e, nil
+}
+
+// benchDir finds this program's module folder: the working directory or its
+// bench subfolder. found is false when neither is it.
+func benchDir() (dir string, found bool) {
+	for _, d := range []string{".", "bench"} {
+		f, err := os.Open(filepath.Join(d, "go.mod"))
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if strings.TrimSpace(sc.Text()) == "module github.com/bentoevents/bento/bench" {
+				f.Close()
+				return d, true
+			}
+		}
+		f.Close()
+	}
+	return ".", false
+}
+
+func run() error {
+	o, e, err := parseFlags()
+	if err != nil {
+		return err
+	}
+	if o.from != "" {
+		return redraw(o)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+
+	rep := &Report{
+		Started:   time.Now().UTC(),
+		Command:   strings.Join(os.Args[1:], " "),
+		Scenarios: o.scenarios,
+		Runs:      o.runs,
+	}
+	if rep.Machine, err = e.machine(ctx); err != nil {
+		return err
+	}
+	progress("machine: %s, %d cores, %s, PostgreSQL %s, %s", rep.Machine.CPU, rep.Machine.Cores,
+		rep.Machine.Go, rep.Machine.PostgreSQL, rep.Machine.RabbitMQ)
+
+	has := func(s string) bool { return slices.Contains(o.scenarios, s) }
+	variants := drainVariants(e)
+	var (
+		drainRuns  = map[string][]drainRun{}
+		setups     []float64
+		payload    float64
+		commitRuns [][]commitResult
+		claimRuns  [][]claimPoint
+	)
+	for r := 1; r <= o.runs; r++ {
+		if has("drain") {
+			progress("run %d/%d drain: committing %d events with units of work", r, o.runs, o.events)
+			b, err := newBacklog(ctx, e, o.events)
+			if err != nil {
+				return fmt.Errorf("drain setup: %w", err)
+			}
+			setups, payload = append(setups, b.SetupSeconds), b.PayloadBytes
+			progress("  setup: %.1f s, payload %.0f bytes on average", b.SetupSeconds, b.PayloadBytes)
+			for _, v := range variants {
+				dr, err := v.run(ctx, b)
+				if err != nil {
+					_ = b.close()
+					return fmt.Errorf("drain %s: %w", v.Key, err)
+				}
+				drainRuns[v.Key] = append(drainRuns[v.Key], dr)
+				extra := ""
+				if dr.ClaimSeconds > 0 {
+					extra = fmt.Sprintf(" (claim %.2f s, mark sent %.2f s)", dr.ClaimSeconds, dr.SettleSeconds)
+				}
+				progress("  %-28s %7d rows in %6.2f s: %8s rows/s%s", v.Key, dr.Events, dr.Seconds, thousands(dr.Rate), extra)
+			}
+			if err := b.close(); err != nil {
+				e.log.Warn("cleanup", "err", err)
+			}
+		}
+		if has("commit") {
+			progress("run %d/%d commit: %v per measurement", r, o.runs, o.commitDuration)
+			res, err := runCommit(ctx, e, o.commitDuration)
+			if err != nil {
+				return fmt.Errorf("commit: %w", err)
+			}
+			for _, c := range res {
+				progress("  %-5s x%d: %8s commits/s", c.Mode, c.Goroutines, thousands(c.Rate))
+			}
+			commitRuns = append(commitRuns, res)
+		}
+		if has("claim") {
+			progress("run %d/%d claim: %d pending rows beside %d, then %d sent rows", r, o.runs,
+				o.claim.Pending, o.claim.SentSmall, o.claim.SentLarge)
+			res, err := runClaim(ctx, e, o.claim)
+			if err != nil {
+				return fmt.Errorf("claim: %w", err)
+			}
+			for _, p := range res {
+				progress("  beside %7d sent: claim p50 %.2f ms, p95 %.2f ms; indexes %s", p.SentRows, p.Claim.P50, p.Claim.P95,
+					strings.Join(p.Indexes, ", "))
+			}
+			claimRuns = append(claimRuns, res)
+		}
+	}
+
+	if has("drain") {
+		rep.Drain = summarizeDrain(variants, drainRuns, o.events, payload, setups)
+	}
+	if has("commit") {
+		rep.Commit = summarizeCommit(commitRuns, o.commitDuration)
+	}
+	if has("claim") {
+		rep.Claim = summarizeClaim(claimRuns, o.claim)
+	}
+	rep.Targets = rep.targets()
+	rep.Finished = time.Now().UTC()
+	printReport(os.Stdout, rep)
+	return writeOutputs(rep, o)
+}
+
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}

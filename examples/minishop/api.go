@@ -1,0 +1,211 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"gorm.io/gorm"
+
+	"github.com/bentoevents/bento/examples/minishop/inventory"
+	"github.com/bentoevents/bento/examples/minishop/order"
+	"github.com/bentoevents/bento/idempotency"
+	"github.com/bentoevents/bento/uow"
+)
+
+// maxBody is the largest request body accepted.
+const maxBody = 1 << 20
+
+// handler returns minishop's HTTP API. Every POST honours Idempotency-Key:
+// its unit of work joins the ledger's transaction, so the state change and
+// the stored response commit together.
+func (a *App) handler() (http.Handler, error) {
+	ledger, err := idempotency.New(a.db, &idempotency.Config{MaxBodyBytes: maxBody, Logger: a.log})
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	post := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, a.wakeAfter(ledger.Middleware(h))) }
+	post("POST /orders", a.postOrder)
+	post("POST /orders/{id}/pay", a.postPay)
+	post("POST /orders/{id}/cancel", a.postCancel)
+	mux.HandleFunc("GET /orders/{id}", a.getOrder)
+	mux.HandleFunc("GET /inventory/{sku}", a.getInventory)
+	mux.HandleFunc("GET /notifications", a.getNotifications)
+	mux.HandleFunc("GET /healthz", a.getHealthz)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(a.metrics, promhttp.HandlerOpts{}))
+	return mux, nil
+}
+
+// wakeAfter wakes the in-process projector after next has answered. A
+// request with an Idempotency-Key commits in the ledger's transaction, which
+// the unit of work only joins (so its AfterCommit hook does not fire); the
+// ledger commits before it answers, so the events are visible by now. On
+// PostgreSQL the commit's NOTIFY wakes every projector anyway.
+func (a *App) wakeAfter(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(w, r)
+		if a.wake != nil && r.Header.Get(idempotency.HeaderKey) != "" {
+			a.wake()
+		}
+	})
+}
+
+type itemJSON struct {
+	SKU        string `json:"sku"`
+	Qty        int    `json:"qty"`
+	PriceCents int64  `json:"price_cents,omitempty"`
+}
+
+type orderJSON struct {
+	ID         string     `json:"id"`
+	Status     string     `json:"status"`
+	CustomerID string     `json:"customer_id"`
+	Items      []itemJSON `json:"items"`
+	TotalCents int64      `json:"total_cents"`
+	Version    int64      `json:"version"`
+}
+
+func viewOrder(o *order.Order) orderJSON {
+	v := orderJSON{ID: o.ID, Status: o.Status, CustomerID: o.CustomerID, TotalCents: o.TotalCents, Version: o.Version}
+	for _, it := range o.Items {
+		v.Items = append(v.Items, itemJSON{SKU: it.SKU, Qty: it.Qty, PriceCents: it.PriceCents})
+	}
+	return v
+}
+
+func (a *App) postOrder(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		CustomerID string     `json:"customer_id"`
+		Items      []itemJSON `json:"items"`
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			problem(w, http.StatusRequestEntityTooLarge, "Request body too large", "the body is over 1 MiB")
+			return
+		}
+		problem(w, http.StatusBadRequest, "Malformed JSON", err.Error())
+		return
+	}
+	items := make([]order.Item, len(req.Items))
+	for i, it := range req.Items {
+		items[i] = order.Item{SKU: it.SKU, Qty: it.Qty}
+	}
+	o, err := a.PlaceOrder(r.Context(), req.CustomerID, items)
+	if err != nil {
+		a.commandError(w, err)
+		return
+	}
+	w.Header().Set("Location", "/orders/"+o.ID)
+	writeJSON(w, http.StatusCreated, viewOrder(o))
+}
+
+func (a *App) postPay(w http.ResponseWriter, r *http.Request) {
+	o, err := a.PayOrder(r.Context(), r.PathValue("id"))
+	if err != nil {
+		a.commandError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, viewOrder(o))
+}
+
+func (a *App) postCancel(w http.ResponseWriter, r *http.Request) {
+	o, err := a.CancelOrder(r.Context(), r.PathValue("id"))
+	if err != nil {
+		a.commandError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, viewOrder(o))
+}
+
+// commandError maps a command's error to its problem response.
+func (a *App) commandError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, order.ErrNoItems), errors.Is(err, order.ErrBadQuantity),
+		errors.Is(err, order.ErrUnknownSKU), errors.Is(err, order.ErrNoCustomer):
+		problem(w, http.StatusUnprocessableEntity, "Invalid order", err.Error())
+	case errors.Is(err, uow.ErrNotFound):
+		problem(w, http.StatusNotFound, "Order not found", err.Error())
+	case errors.Is(err, order.ErrNotPayable), errors.Is(err, order.ErrNotCancelable):
+		problem(w, http.StatusConflict, "Order is not in a state that allows this", err.Error())
+	case errors.Is(err, uow.ErrConcurrencyConflict):
+		problem(w, http.StatusConflict, "Concurrent change", err.Error())
+	default:
+		a.log.Error("command failed", "err", err)
+		problem(w, http.StatusInternalServerError, "Internal error", "the command was not applied; retry it")
+	}
+}
+
+func (a *App) getOrder(w http.ResponseWriter, r *http.Request) {
+	var o order.Order
+	err := a.db.WithContext(r.Context()).Take(&o, "id = ?", r.PathValue("id")).Error
+	if err != nil {
+		a.queryError(w, err, "Order not found")
+		return
+	}
+	writeJSON(w, http.StatusOK, viewOrder(&o))
+}
+
+func (a *App) getInventory(w http.ResponseWriter, r *http.Request) {
+	var s inventory.Stock
+	if err := a.db.WithContext(r.Context()).Take(&s, "id = ?", r.PathValue("sku")).Error; err != nil {
+		a.queryError(w, err, "Unknown sku")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"sku": s.ID, "on_hand": s.OnHand, "reserved": s.Reserved})
+}
+
+func (a *App) getNotifications(w http.ResponseWriter, r *http.Request) {
+	q := a.db.WithContext(r.Context()).Order("created_at, event_id").Limit(1000)
+	if id := r.URL.Query().Get("order_id"); id != "" {
+		q = q.Where("order_id = ?", id)
+	}
+	notes := []Notification{}
+	if err := q.Find(&notes).Error; err != nil {
+		a.queryError(w, err, "")
+		return
+	}
+	writeJSON(w, http.StatusOK, notes)
+}
+
+func (a *App) getHealthz(w http.ResponseWriter, r *http.Request) {
+	sqlDB, err := a.db.DB()
+	if err == nil {
+		err = sqlDB.PingContext(r.Context())
+	}
+	if err != nil {
+		problem(w, http.StatusServiceUnavailable, "Database unreachable", err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "time": time.Now().UTC().Format(time.RFC3339)})
+}
+
+func (a *App) queryError(w http.ResponseWriter, err error, notFound string) {
+	if notFound != "" && errors.Is(err, gorm.ErrRecordNotFound) {
+		problem(w, http.StatusNotFound, notFound, "")
+		return
+	}
+	a.log.Error("query failed", "err", err)
+	problem(w, http.StatusInternalServerError, "Internal error", "")
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// problem writes an RFC 9457 problem+json response.
+func problem(w http.ResponseWriter, status int, title, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	body := map[string]any{"type": "about:blank", "title": title, "status": status}
+	if detail != "" {
+		body["detail"] = detail
+	}
+	_ = json.NewEncoder(w).Encode(body)
+}

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"gorm.io/gorm"
+
+	"github.com/bentoevents/bento/inbox"
+	"github.com/bentoevents/bento/messaging"
+)
+
+// notificationsGroup is the consumer group that hears about orders.
+const notificationsGroup = "minishop.notifications"
+
+// groupBindings are minishop's consumer groups and the event types each
+// consumes. Every process declares these queues at start-up, before anything
+// is relayed: a relay that started before the workers would otherwise publish
+// events no queue is bound to yet (they would go to the alternate exchange).
+var groupBindings = map[string][]string{
+	inventoryGroup:    {"order.placed", "order.cancelled"},
+	notificationGroup: {"order.paid"},
+}
+
+// bus is where the projector publishes and consumer groups subscribe.
+type bus struct {
+	pub         message.Publisher
+	newConsumer func(db *gorm.DB, cfg *inbox.ConsumerConfig) (*inbox.Consumer, error)
+	close       func()
+}
+
+// openBus connects to RabbitMQ when amqpURL is set (exchange from
+// MINISHOP_EXCHANGE, default minishop.events), else uses the in-memory bus.
+func openBus(ctx context.Context, log *slog.Logger, amqpURL string) (*bus, error) {
+	if amqpURL == "" {
+		mem := messaging.NewMemoryBus()
+		// Events no group consumes (stock.reserved, stock.released) go to
+		// an alternate queue, as they go to the alternate exchange on
+		// RabbitMQ, instead of failing as unroutable.
+		if err := mem.DeclareAlternate("minishop.unroutable"); err != nil {
+			return nil, err
+		}
+		for group, topics := range groupBindings {
+			if err := mem.DeclareQueue(group, topics...); err != nil {
+				return nil, err
+			}
+		}
+		return &bus{
+			pub: mem,
+			newConsumer: func(db *gorm.DB, cfg *inbox.ConsumerConfig) (*inbox.Consumer, error) {
+				return inbox.NewMemoryConsumer(db, mem, cfg)
+			},
+			close: func() { _ = mem.Close() },
+		}, nil
+	}
+	exchange := os.Getenv("MINISHOP_EXCHANGE")
+	if exchange == "" {
+		exchange = "minishop.events"
+	}
+	cfg := &messaging.AMQPConfig{URL: amqpURL, Exchange: exchange, Logger: log}
+	for group, topics := range groupBindings {
+		if err := messaging.DeclareQueue(ctx, cfg, group, topics...); err != nil {
+			return nil, err
+		}
+	}
+	pub, err := messaging.NewConfirmPublisher(cfg) // pipelined confirms: see docs/benchmarks.md
+	if err != nil {
+		return nil, err
+	}
+	return &bus{
+		pub: pub,
+		newConsumer: func(db *gorm.DB, ccfg *inbox.ConsumerConfig) (*inbox.Consumer, error) {
+			return inbox.NewAMQPConsumer(ctx, db, cfg, ccfg)
+		},
+		close: func() { _ = pub.Close() },
+	}, nil
+}

@@ -1,0 +1,225 @@
+// Command minishop is bento's example shop: orders are placed, paid or
+// cancelled over an HTTP API; every change commits with its domain events in
+// the transactional outbox; a projector relays them; an inventory consumer
+// reserves and releases stock and a notification consumer records one
+// notification per paid order, each exactly once through the inbox.
+//
+// Usage:
+//
+//	go run ./examples/minishop [flags] [all|serve|relay|worker|migrate]
+//
+// With no DATABASE_URL and no AMQP_URL it runs on an embedded SQLite file
+// (-db, default minishop.db) and the in-memory bus, so it needs no services.
+// DATABASE_URL=postgres://... selects PostgreSQL and AMQP_URL=amqp://...
+// RabbitMQ, with the topic exchange MINISHOP_EXCHANGE (default
+// minishop.events).
+//
+// Subcommands: all (the default: HTTP API, projector and consumers in one
+// process), serve (HTTP API only), relay (projector only), worker (consumers
+// only), migrate (create the tables and exit). Several relay and worker
+// processes may run at once; they need RabbitMQ, since the in-memory bus only
+// connects the parts of one process. SIGINT and SIGTERM shut down gracefully.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/bentoevents/bento/internal/embeddb"
+	"github.com/bentoevents/bento/projector"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stderr))
+}
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
+var modes = map[string]bool{"all": true, "serve": true, "relay": true, "worker": true, "migrate": true}
+
+// run parses args, runs the chosen mode until it ends or a signal arrives,
+// and returns the exit code.
+func run(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("minishop", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", "127.0.0.1:8080", "HTTP listen address")
+	dbPath := fs.String("db", "minishop.db", "SQLite file used when DATABASE_URL is not set")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: minishop [flags] [all|serve|relay|worker|migrate]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	mode := "all"
+	if fs.NArg() > 0 {
+		mode = fs.Arg(0)
+		if err := fs.Parse(fs.Args()[1:]); err != nil { // flags after the subcommand
+			return exitUsage
+		}
+		if fs.NArg() > 0 {
+			fmt.Fprintf(stderr, "minishop: unexpected arguments %v\n", fs.Args())
+			return exitUsage
+		}
+	}
+	if !modes[mode] {
+		fmt.Fprintf(stderr, "minishop: unknown subcommand %q\n", mode)
+		fs.Usage()
+		return exitUsage
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	dbURL, amqpURL := os.Getenv("DATABASE_URL"), os.Getenv("AMQP_URL")
+	if (mode == "relay" || mode == "worker") && amqpURL == "" {
+		log.Error("minishop: " + mode + " needs RabbitMQ (set AMQP_URL): the in-memory bus only connects the parts of one process; use all")
+		return exitUsage
+	}
+	log.Info("minishop: "+describe(dbURL, amqpURL, *dbPath), "mode", mode)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := serve(ctx, log, mode, *addr, dbURL, amqpURL, *dbPath); err != nil {
+		log.Error("minishop: stopped with an error", "err", err)
+		return exitError
+	}
+	return exitOK
+}
+
+// describe says which database and bus minishop uses.
+func describe(dbURL, amqpURL, path string) string {
+	db := "embedded SQLite " + path
+	if dbURL != "" {
+		db = "PostgreSQL (DATABASE_URL)"
+	}
+	b := "the in-memory bus"
+	if amqpURL != "" {
+		b = "RabbitMQ (AMQP_URL)"
+	}
+	msg := "using " + db + " and " + b
+	if dbURL == "" || amqpURL == "" {
+		msg += "; set DATABASE_URL=postgres://... and AMQP_URL=amqp://... for PostgreSQL and RabbitMQ"
+	}
+	return msg
+}
+
+func openDB(dbURL, path string) (*gorm.DB, error) {
+	quiet := &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)}
+	if dbURL != "" {
+		return gorm.Open(postgres.Open(dbURL), quiet)
+	}
+	return embeddb.Open(path, quiet)
+}
+
+// serve runs mode until ctx ends.
+func serve(ctx context.Context, log *slog.Logger, mode, addr, dbURL, amqpURL, path string) error {
+	db, err := openDB(dbURL, path)
+	if err != nil {
+		return fmt.Errorf("open database: %w", err)
+	}
+	if sqlDB, err := db.DB(); err == nil {
+		defer sqlDB.Close()
+	}
+	b, err := openBus(ctx, log, amqpURL)
+	if err != nil {
+		return fmt.Errorf("open bus: %w", err)
+	}
+	defer b.close()
+	a, err := newApp(db, b, log)
+	if err != nil {
+		return err
+	}
+	if err := a.Migrate(ctx); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if mode == "migrate" {
+		log.Info("minishop: migrated")
+		return nil
+	}
+
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start := func(name string, fn func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(ctx); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+				mu.Unlock()
+				cancel() // one part failing stops the process
+			}
+		}()
+	}
+	if mode == "all" || mode == "worker" {
+		for _, mk := range []func() (runner, error){a.inventoryRunner, a.notificationRunner} {
+			c, err := mk()
+			if err != nil {
+				return err
+			}
+			start(c.name, c.run)
+		}
+	}
+	if mode == "all" || mode == "relay" {
+		cfg := projector.DefaultConfig()
+		cfg.Logger = log
+		cfg.Registerer = a.metrics
+		p, err := projector.New(a.units.Outbox(), b.pub, cfg)
+		if err != nil {
+			return err
+		}
+		a.wake = p.Wake
+		start("relay", p.Run)
+	}
+	if mode == "all" || mode == "serve" {
+		h, err := a.handler()
+		if err != nil {
+			return err
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return err
+		}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		log.Info("minishop: HTTP API listening", "addr", ln.Addr().String())
+		start("http", func(ctx context.Context) error {
+			go func() {
+				<-ctx.Done()
+				sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				_ = srv.Shutdown(sctx)
+			}()
+			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+	}
+	<-ctx.Done()
+	log.Info("minishop: shutting down")
+	wg.Wait()
+	return errors.Join(errs...)
+}

@@ -1,0 +1,307 @@
+package idempotency
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"github.com/bentoevents/bento/internal/dialect"
+	"github.com/bentoevents/bento/tenant"
+	"github.com/bentoevents/bento/uow"
+)
+
+// Ledger remembers the requests made with an Idempotency-Key and their
+// responses, in the idempotency_keys table; [Ledger.Middleware] puts it in
+// front of a handler. It is safe for concurrent use.
+type Ledger struct {
+	db      *gorm.DB
+	dialect dialect.Dialect
+	cfg     Config
+	lockMS  int64
+	log     *slog.Logger
+}
+
+// New returns a ledger over db, a PostgreSQL or SQLite *gorm.DB with the
+// ledger's table created by Migrate. A nil cfg means defaults. On SQLite,
+// open db with transactions that begin IMMEDIATE (_txlock=immediate, as
+// bento's embedded default does); see the package documentation.
+//
+// Errors: ErrInvalidConfig, naming each bad field.
+func New(db *gorm.DB, cfg *Config) (*Ledger, error) {
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	d, err := dialect.Of(db)
+	errs := []error{c.validate()}
+	if err != nil {
+		errs = append(errs, fmt.Errorf("db: %w", err))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	c = c.withDefaults()
+	ms := int64((c.LockTimeout + time.Millisecond - 1) / time.Millisecond)
+	return &Ledger{
+		db: db, dialect: d, cfg: c, lockMS: ms,
+		log: c.Logger.With("component", "bento.idempotency"),
+	}, nil
+}
+
+// Config returns the ledger's configuration, defaults filled in and
+// StoredHeaders in canonical form.
+func (l *Ledger) Config() Config {
+	c := l.cfg
+	c.StoredHeaders = slices.Clone(c.StoredHeaders)
+	return c
+}
+
+// keyed is a request that carries a valid key.
+type keyed struct {
+	tenant string
+	key    string
+	digest string
+	body   []byte
+}
+
+// maxAttempts bounds how often one request starts over after finding its
+// key's row expired (or gone) at the insert.
+const maxAttempts = 2
+
+// Middleware returns next behind the ledger: requests with an
+// Idempotency-Key run at most once per (tenant, key) within Config.TTL, and
+// repeats get the first response back. Requests without the header go
+// straight to next. The package documentation (# Semantics) describes the
+// exact behaviour.
+func (l *Ledger) Middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		values, present := r.Header[HeaderKey]
+		if !present {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if len(values) != 1 {
+			problemInvalidKey(fmt.Errorf("%w: header sent %d times", ErrInvalidKey, len(values))).write(w)
+			return
+		}
+		key := values[0]
+		if err := ValidateKey(key); err != nil {
+			problemInvalidKey(err).write(w)
+			return
+		}
+		tid := l.cfg.Tenant(r)
+		if tid == "" {
+			tid = tenant.Default
+		}
+		if err := tenant.Validate(tid); err != nil {
+			aboutBlank(http.StatusBadRequest, "invalid tenant: "+err.Error()).write(w)
+			return
+		}
+		body, p := l.readBody(r)
+		if p != nil {
+			p.write(w)
+			return
+		}
+		req := &keyed{tenant: tid, key: key, body: body,
+			digest: RequestDigest(r.Method, requestTarget(r.URL), body)}
+		for attempt := 1; ; attempt++ {
+			if !l.attempt(w, r, next, req) {
+				return
+			}
+			if attempt == maxAttempts {
+				// The key's row keeps expiring or vanishing under us:
+				// someone else is busy with it.
+				l.log.WarnContext(r.Context(), "key kept changing; refused", "tenant", tid, "key", key)
+				problemInProgress.write(w)
+				return
+			}
+		}
+	})
+}
+
+// readBody reads the request body, up to MaxBodyBytes.
+func (l *Ledger) readBody(r *http.Request) ([]byte, *problem) {
+	limit := l.cfg.MaxBodyBytes
+	if r.ContentLength > limit {
+		p := problemBodyTooLarge(limit)
+		return nil, &p
+	}
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case int64(len(body)) > limit || errors.As(err, &tooLarge):
+		p := problemBodyTooLarge(limit)
+		return nil, &p
+	case err != nil:
+		p := aboutBlank(http.StatusBadRequest, "the request body could not be read")
+		return nil, &p
+	}
+	return body, nil
+}
+
+// attempt handles req once. It returns true when the request must start
+// over: its key's row was expired (and has been deleted) or disappeared.
+func (l *Ledger) attempt(w http.ResponseWriter, r *http.Request, next http.Handler, req *keyed) (again bool) {
+	ctx := r.Context()
+	now := l.cfg.Now().UTC().Truncate(time.Microsecond)
+	s, err := l.begin(ctx)
+	if err != nil {
+		if isLockTimeout(err) {
+			l.inProgress(ctx, w, req)
+			return false
+		}
+		l.notRecorded(w, r, req, "begin", err)
+		return false
+	}
+	// Rolls back on every early return and when next panics (the panic goes
+	// on after the rollback).
+	defer s.rollback()
+
+	res := s.tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&Record{
+		TenantID: req.tenant, Key: req.key, RequestDigest: req.digest, State: StateInProgress,
+		CreatedAt: now, ExpiresAt: now.Add(l.cfg.TTL),
+	})
+	if res.Error != nil {
+		if isLockTimeout(res.Error) {
+			l.inProgress(ctx, w, req)
+			return false
+		}
+		l.notRecorded(w, r, req, "insert key", res.Error)
+		return false
+	}
+	if res.RowsAffected == 0 {
+		s.rollback()
+		return l.existing(w, r, req, now)
+	}
+	if err := s.afterInsert(); err != nil {
+		l.notRecorded(w, r, req, "insert key", err)
+		return false
+	}
+
+	hctx := tenant.With(uow.ContextWithTx(ctx, s.tx), req.tenant)
+	hr := r.WithContext(hctx)
+	hr.Body = io.NopCloser(bytes.NewReader(req.body))
+	hr.ContentLength = int64(len(req.body))
+	hr.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(req.body)), nil }
+	rec := newRecorder()
+	next.ServeHTTP(rec, hr)
+	resp := rec.result()
+
+	if resp.status >= 500 {
+		s.rollback()
+		l.log.DebugContext(ctx, "server error not stored; rolled back", "tenant", req.tenant, "key", req.key, "status", resp.status)
+		resp.writeTo(w, nil)
+		return false
+	}
+	if err := l.complete(s.tx, req, resp); err != nil {
+		l.notRecorded(w, r, req, "store response", err)
+		return false
+	}
+	if err := s.commit(); err != nil {
+		l.notRecorded(w, r, req, "commit", err)
+		return false
+	}
+	resp.writeTo(w, nil)
+	return false
+}
+
+// complete stores resp as the key's response.
+func (l *Ledger) complete(tx *gorm.DB, req *keyed, resp response) error {
+	stored := http.Header{}
+	for _, k := range l.cfg.StoredHeaders {
+		if v := resp.header[k]; len(v) > 0 {
+			stored[k] = v
+		}
+	}
+	headers, err := json.Marshal(stored)
+	if err != nil {
+		return err
+	}
+	body := resp.body
+	if body == nil {
+		body = []byte{}
+	}
+	res := tx.Model(&Record{}).
+		Where("tenant_id = ? AND idem_key = ?", req.tenant, req.key).
+		Updates(map[string]any{
+			"state": StateCompleted, "status_code": resp.status, "headers": string(headers), "body": body,
+		})
+	if res.Error != nil {
+		return res.Error
+	}
+	if res.RowsAffected != 1 {
+		return fmt.Errorf("updated %d rows, want 1", res.RowsAffected)
+	}
+	return nil
+}
+
+// existing answers a request whose key's row exists: replay, 409, or start
+// over when the row has expired.
+func (l *Ledger) existing(w http.ResponseWriter, r *http.Request, req *keyed, now time.Time) (again bool) {
+	ctx := r.Context()
+	var rows []Record
+	err := l.db.WithContext(ctx).Where("tenant_id = ? AND idem_key = ?", req.tenant, req.key).Limit(1).Find(&rows).Error
+	if err != nil {
+		l.notRecorded(w, r, req, "read key", err)
+		return false
+	}
+	if len(rows) == 0 {
+		return true // purged since the insert conflicted
+	}
+	rec := rows[0]
+	if !rec.ExpiresAt.After(now) {
+		err := l.db.WithContext(ctx).
+			Where("tenant_id = ? AND idem_key = ? AND expires_at <= ?", req.tenant, req.key, now).
+			Delete(&Record{}).Error
+		if err != nil {
+			l.notRecorded(w, r, req, "delete expired key", err)
+			return false
+		}
+		l.log.DebugContext(ctx, "expired key deleted; request runs anew", "tenant", req.tenant, "key", req.key)
+		return true
+	}
+	if rec.RequestDigest != req.digest {
+		l.log.InfoContext(ctx, "key reused with a different request; refused", "tenant", req.tenant, "key", req.key)
+		problemKeyReused.write(w)
+		return false
+	}
+	if rec.State != StateCompleted {
+		l.inProgress(ctx, w, req) // not reachable by the ledger's own writes
+		return false
+	}
+	l.log.DebugContext(ctx, "replayed", "tenant", req.tenant, "key", req.key, "status", rec.StatusCode)
+	stored := response{status: rec.StatusCode, header: rec.Headers, body: rec.Body}
+	stored.writeTo(w, http.Header{HeaderReplayed: {"true"}})
+	return false
+}
+
+// inProgress answers 409: a request with the key is still running.
+func (l *Ledger) inProgress(ctx context.Context, w http.ResponseWriter, req *keyed) {
+	l.log.InfoContext(ctx, "key still in progress after LockTimeout; refused",
+		"tenant", req.tenant, "key", req.key, "lock_timeout", l.cfg.LockTimeout)
+	problemInProgress.write(w)
+}
+
+// notRecorded answers 500: the request had no effect.
+func (l *Ledger) notRecorded(w http.ResponseWriter, r *http.Request, req *keyed, op string, err error) {
+	err = wrapDB(op, err)
+	if r.Context().Err() != nil {
+		l.log.DebugContext(r.Context(), "request abandoned by the client", "tenant", req.tenant, "key", req.key, "err", err)
+	} else {
+		l.log.ErrorContext(r.Context(), "request not recorded", "tenant", req.tenant, "key", req.key, "err", err)
+	}
+	problemNotRecorded.write(w)
+}

@@ -1,0 +1,382 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"gorm.io/gorm"
+
+	"github.com/bentoevents/bento/aggregate"
+	"github.com/bentoevents/bento/messaging"
+)
+
+var (
+	// ErrPermanent marks a handler error that retrying cannot fix: the
+	// message goes to the dead-letter destination at once. Wrap errors with
+	// Permanent.
+	ErrPermanent = errors.New("inbox: permanent failure")
+	// ErrNoHandler is returned for a message whose event type has no
+	// handler in the consumer; it wraps messaging.ErrUnknownEventType and is
+	// dead-lettered at once.
+	ErrNoHandler = fmt.Errorf("inbox: no handler: %w", messaging.ErrUnknownEventType)
+	// ErrRunning is returned when Handle is called on a running consumer or
+	// Run is called twice.
+	ErrRunning = errors.New("inbox: consumer already running")
+)
+
+// MetaDeadReason is the metadata key under which a dead letter carries the
+// error that killed it (set by Watermill's poison middleware, along with
+// topic_poisoned, handler_poisoned and subscriber_poisoned).
+const MetaDeadReason = middleware.ReasonForPoisonedKey
+
+// Permanent wraps err so the consumer does not retry it.
+func Permanent(err error) error { return fmt.Errorf("%w: %w", ErrPermanent, err) }
+
+// IsPermanent reports whether err is one retrying cannot fix: a malformed
+// message, an unknown event type or schema version, an undecodable payload,
+// a failed upcast, a message without an id, or an error wrapped with
+// Permanent.
+func IsPermanent(err error) bool {
+	for _, target := range []error{ErrPermanent, ErrNoMessageID, messaging.ErrMalformedMessage,
+		messaging.ErrUnknownEventType, messaging.ErrUnknownSchemaVersion, messaging.ErrMalformedPayload, messaging.ErrUpcast} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
+}
+
+// ConsumerConfig configures a Consumer. Start from DefaultConsumerConfig;
+// a non-nil config is taken as given (MaxRetries 0 means no retries).
+type ConsumerConfig struct {
+	// Group names the consumer group: its queue, its inbox consumer name and
+	// its dead-letter destination. Required.
+	Group string
+	// Registry decodes payloads into event types (with upcasters). Handle
+	// registers each handled type as current. DefaultConsumerConfig: a new,
+	// empty registry.
+	Registry *messaging.Registry
+	// MaxRetries is how many times a failing message is retried in the
+	// consumer, with exponential backoff, before it is dead-lettered.
+	// DefaultConsumerConfig: 5.
+	MaxRetries int
+	// RetryInitialInterval and RetryMaxInterval bound the backoff between
+	// retries. DefaultConsumerConfig: 100ms and 10s.
+	RetryInitialInterval time.Duration
+	RetryMaxInterval     time.Duration
+	// CloseTimeout is how long Run waits for handlers when its context ends.
+	// DefaultConsumerConfig: 30s.
+	CloseTimeout time.Duration
+	// TxOptions are used for each message's transaction. Optional.
+	TxOptions *sql.TxOptions
+	// Logger receives the consumer's and Watermill's logs. Optional:
+	// slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the inbox counters. Optional.
+	Registerer prometheus.Registerer
+}
+
+// DefaultConsumerConfig returns the defaults for group: 5 retries with
+// backoff from 100ms to 10s, a 30s close timeout and a new registry.
+func DefaultConsumerConfig(group string) *ConsumerConfig {
+	return &ConsumerConfig{
+		Group:                group,
+		Registry:             messaging.NewRegistry(),
+		MaxRetries:           5,
+		RetryInitialInterval: 100 * time.Millisecond,
+		RetryMaxInterval:     10 * time.Second,
+		CloseTimeout:         30 * time.Second,
+	}
+}
+
+func (c *ConsumerConfig) validate() (ConsumerConfig, error) {
+	var errs []error
+	if c == nil {
+		return ConsumerConfig{}, fmt.Errorf("%w: nil config (use DefaultConsumerConfig)", ErrInvalidConfig)
+	}
+	out := *c
+	if !consumerRE.MatchString(out.Group) {
+		errs = append(errs, fmt.Errorf("Group: %q must be 1 to 200 ASCII letters, digits, '_', '.', ':' or '-'", out.Group))
+	}
+	if out.Registry == nil {
+		errs = append(errs, errors.New("Registry: required"))
+	}
+	if out.MaxRetries < 0 {
+		errs = append(errs, fmt.Errorf("MaxRetries: %d is negative", out.MaxRetries))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"RetryInitialInterval", out.RetryInitialInterval}, {"RetryMaxInterval", out.RetryMaxInterval}, {"CloseTimeout", out.CloseTimeout}} {
+		if d.v <= 0 {
+			errs = append(errs, fmt.Errorf("%s: %v, must be positive", d.name, d.v))
+		}
+	}
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	if err := errors.Join(errs...); err != nil {
+		return out, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return out, nil
+}
+
+// SubscriberFactory returns the subscriber of a consumer group, bound to the
+// topic patterns of its handlers.
+type SubscriberFactory func(patterns []string) (message.Subscriber, error)
+
+// Consumer runs typed handlers for one consumer group: each message is
+// decoded, deduplicated by the inbox, handled in the inbox's transaction,
+// retried with backoff when it fails, and dead-lettered when it keeps
+// failing or cannot be decoded. Build it with NewAMQPConsumer,
+// NewMemoryConsumer or NewConsumer, add handlers with Handle, then Run.
+type Consumer struct {
+	cfg       ConsumerConfig
+	inbox     *Inbox
+	newSub    SubscriberFactory
+	dead      message.Publisher
+	deadTopic string
+	closers   []func() error
+
+	mu       sync.Mutex
+	handlers map[string]func(ctx context.Context, ev aggregate.Event, env *messaging.Envelope) error
+	started  bool
+	running  chan struct{}
+}
+
+// NewConsumer returns a consumer over db that reads from the subscriber
+// newSub returns and publishes dead letters to deadTopic on dead. db needs
+// the inbox and outbox tables (Migrate, outbox.Migrate).
+//
+// Errors: ErrInvalidConfig.
+func NewConsumer(db *gorm.DB, newSub SubscriberFactory, dead message.Publisher, deadTopic string, cfg *ConsumerConfig) (*Consumer, error) {
+	c, err := cfg.validate()
+	var errs []error
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if newSub == nil {
+		errs = append(errs, fmt.Errorf("%w: nil subscriber factory", ErrInvalidConfig))
+	}
+	if dead == nil || deadTopic == "" {
+		errs = append(errs, fmt.Errorf("%w: dead-letter publisher and topic are required", ErrInvalidConfig))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	in, err := New(db, &Config{Consumer: c.Group, TxOptions: c.TxOptions, Logger: c.Logger, Registerer: c.Registerer})
+	if err != nil {
+		return nil, err
+	}
+	return &Consumer{
+		cfg: c, inbox: in, newSub: newSub, dead: dead, deadTopic: deadTopic,
+		handlers: map[string]func(context.Context, aggregate.Event, *messaging.Envelope) error{},
+		running:  make(chan struct{}),
+	}, nil
+}
+
+var notTopicChars = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
+
+// DeadLetterTopic is the topic dead letters of group are published under:
+// "bento-dead.<group>", with characters a topic cannot hold replaced by '_'.
+// Its queue is "<group>.dead".
+func DeadLetterTopic(group string) string {
+	return "bento-dead." + notTopicChars.ReplaceAllString(group, "_")
+}
+
+// NewMemoryConsumer returns a consumer of group cfg.Group on the in-memory
+// bus. Dead letters go to the queue "<group>.dead", bound to
+// DeadLetterTopic(group) on the same bus (so a consumer bound to "#" sees
+// them too).
+func NewMemoryConsumer(db *gorm.DB, bus *messaging.MemoryBus, cfg *ConsumerConfig) (*Consumer, error) {
+	if bus == nil {
+		return nil, fmt.Errorf("%w: nil bus", ErrInvalidConfig)
+	}
+	if cfg == nil {
+		return nil, fmt.Errorf("%w: nil config (use DefaultConsumerConfig)", ErrInvalidConfig)
+	}
+	topic := DeadLetterTopic(cfg.Group)
+	if err := bus.DeclareQueue(cfg.Group+".dead", topic); err != nil {
+		return nil, fmt.Errorf("inbox: declare dead-letter queue: %w", err)
+	}
+	newSub := func(patterns []string) (message.Subscriber, error) {
+		if err := bus.DeclareQueue(cfg.Group, patterns...); err != nil {
+			return nil, err
+		}
+		return bus.Subscriber(cfg.Group, patterns...), nil
+	}
+	return NewConsumer(db, newSub, bus, topic, cfg)
+}
+
+// NewAMQPConsumer returns a consumer of group cfg.Group on RabbitMQ. It
+// reads the durable queue named after the group, bound on amqpCfg.Exchange to
+// the event types of its handlers. Dead letters go to the exchange
+// "<exchange>.dead" with routing key DeadLetterTopic(group), bound to the
+// durable queue "<group>.dead", declared here, so they never mix with events.
+func NewAMQPConsumer(ctx context.Context, db *gorm.DB, amqpCfg *messaging.AMQPConfig, cfg *ConsumerConfig) (*Consumer, error) {
+	if amqpCfg == nil || cfg == nil {
+		return nil, fmt.Errorf("%w: nil AMQP or consumer config", ErrInvalidConfig)
+	}
+	deadCfg := *amqpCfg
+	deadCfg.Exchange = amqpCfg.Exchange + ".dead"
+	topic := DeadLetterTopic(cfg.Group)
+	if err := messaging.DeclareQueue(ctx, &deadCfg, cfg.Group+".dead", topic); err != nil {
+		return nil, fmt.Errorf("inbox: declare dead-letter queue: %w", err)
+	}
+	dead, err := messaging.NewAMQPPublisher(&deadCfg)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: dead-letter publisher: %w", err)
+	}
+	newSub := func(patterns []string) (message.Subscriber, error) {
+		return messaging.NewAMQPSubscriber(amqpCfg, cfg.Group, patterns...)
+	}
+	c, err := NewConsumer(db, newSub, dead, topic, cfg)
+	if err != nil {
+		_ = dead.Close()
+		return nil, err
+	}
+	c.closers = append(c.closers, dead.Close)
+	return c, nil
+}
+
+// Handle registers fn as the consumer's handler for events of type E: E is
+// registered in the consumer's registry as the current type of its event
+// type, and the group's queue is bound to that event type. fn receives the
+// decoded event (upcast from older schema versions) and its envelope (id,
+// aggregate, tenant, occurred_at, correlation and causation ids), with the
+// inbox transaction in ctx: begin units of work with ctx to join it.
+//
+// Errors: messaging.ErrRegistration, an error for a second handler of the
+// same event type, ErrRunning.
+func Handle[E aggregate.Event](c *Consumer, fn func(ctx context.Context, e E, env *messaging.Envelope) error) error {
+	if err := messaging.Register[E](c.cfg.Registry); err != nil {
+		return err
+	}
+	var zero E
+	eventType := zero.EventType()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.started {
+		return ErrRunning
+	}
+	if _, dup := c.handlers[eventType]; dup {
+		return fmt.Errorf("inbox: a handler for %s is already registered in %s", eventType, c.cfg.Group)
+	}
+	c.handlers[eventType] = func(ctx context.Context, ev aggregate.Event, env *messaging.Envelope) error {
+		e, ok := ev.(E)
+		if !ok {
+			return Permanent(fmt.Errorf("event %s decoded as %T, handler wants %T", env.ID, ev, zero))
+		}
+		return fn(ctx, e, env)
+	}
+	return nil
+}
+
+// Group returns the consumer group.
+func (c *Consumer) Group() string { return c.cfg.Group }
+
+// DeadLetterTopic returns the topic dead letters are published under.
+func (c *Consumer) DeadLetterTopic() string { return c.deadTopic }
+
+// Running is closed once Run has subscribed and messages flow.
+func (c *Consumer) Running() <-chan struct{} { return c.running }
+
+// dispatch decodes a message and calls its event type's handler.
+func (c *Consumer) dispatch(msg *message.Message) error {
+	env, err := messaging.Decode(msg)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	h := c.handlers[env.EventType]
+	c.mu.Unlock()
+	if h == nil {
+		return fmt.Errorf("%w: %s in %s", ErrNoHandler, env.EventType, c.cfg.Group)
+	}
+	ev, err := c.cfg.Registry.Decode(env)
+	if err != nil {
+		return err
+	}
+	return h(msg.Context(), ev, env)
+}
+
+// Run subscribes and handles messages until ctx ends, then waits up to
+// CloseTimeout for the handlers in flight and returns. A consumer runs once.
+func (c *Consumer) Run(ctx context.Context) error {
+	c.mu.Lock()
+	if c.started {
+		c.mu.Unlock()
+		return ErrRunning
+	}
+	c.started = true
+	patterns := c.cfg.Registry.Types()
+	var bound []string
+	for _, p := range patterns {
+		if _, ok := c.handlers[p]; ok {
+			bound = append(bound, p)
+		}
+	}
+	c.mu.Unlock()
+	defer func() {
+		for _, f := range c.closers {
+			_ = f()
+		}
+	}()
+	if len(bound) == 0 {
+		return fmt.Errorf("%w: consumer %s has no handlers", ErrInvalidConfig, c.cfg.Group)
+	}
+	sub, err := c.newSub(bound)
+	if err != nil {
+		return fmt.Errorf("inbox: subscribe %s: %w", c.cfg.Group, err)
+	}
+	defer sub.Close()
+
+	wlog := watermill.NewSlogLogger(c.cfg.Logger)
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: c.cfg.CloseTimeout}, wlog)
+	if err != nil {
+		return fmt.Errorf("inbox: router: %w", err)
+	}
+	// A handler that fails because the consumer is stopping (its message's
+	// context was cancelled) has not failed on the message: leave it to be
+	// nacked and redelivered, never dead-lettered.
+	poison, err := middleware.PoisonQueueWithFilter(c.dead, c.deadTopic, func(err error) bool {
+		return !errors.Is(err, context.Canceled)
+	})
+	if err != nil {
+		return fmt.Errorf("inbox: dead-letter middleware: %w", err)
+	}
+	retry := middleware.Retry{
+		MaxRetries:          c.cfg.MaxRetries,
+		InitialInterval:     c.cfg.RetryInitialInterval,
+		MaxInterval:         c.cfg.RetryMaxInterval,
+		Multiplier:          2,
+		RandomizationFactor: 0.5,
+		ResetContextOnRetry: true,
+		ShouldRetry:         func(p middleware.RetryParams) bool { return !IsPermanent(p.Err) },
+		Logger:              wlog,
+	}
+	router.AddMiddleware(poison, retry.Middleware, middleware.Recoverer, c.inbox.Middleware)
+	router.AddConsumerHandler(c.cfg.Group, c.cfg.Group, sub, c.dispatch)
+
+	go func() {
+		select {
+		case <-router.Running():
+			close(c.running)
+		case <-ctx.Done():
+		}
+	}()
+	if err := router.Run(ctx); err != nil {
+		return fmt.Errorf("inbox: consumer %s: %w", c.cfg.Group, err)
+	}
+	return nil
+}

@@ -1,0 +1,371 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/bentoevents/bento/aggregate"
+	"github.com/bentoevents/bento/inbox"
+	"github.com/bentoevents/bento/messaging"
+	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/uow"
+)
+
+// OrderPlaced is schema version 2 of order.placed.
+type OrderPlaced struct {
+	OrderID string `json:"order_id"`
+	SKU     string `json:"sku"`
+	Qty     int    `json:"qty"`
+}
+
+func (OrderPlaced) EventType() string  { return "order.placed" }
+func (OrderPlaced) SchemaVersion() int { return 2 }
+
+// OrderPlacedV1 is schema version 1: one "sku:qty" string.
+type OrderPlacedV1 struct {
+	OrderID string `json:"order_id"`
+	Item    string `json:"item"`
+}
+
+func (OrderPlacedV1) EventType() string { return "order.placed" }
+
+type OrderPaid struct {
+	OrderID string `json:"order_id"`
+}
+
+func (OrderPaid) EventType() string { return "order.paid" }
+
+func upcastPlaced(v1 OrderPlacedV1) (OrderPlaced, error) {
+	sku, qty, ok := strings.Cut(v1.Item, ":")
+	if !ok {
+		return OrderPlaced{}, errors.New("item is not sku:qty")
+	}
+	var n int
+	_, err := fmt.Sscan(qty, &n)
+	return OrderPlaced{OrderID: v1.OrderID, SKU: sku, Qty: n}, err
+}
+
+// suite is a consumer group on a harness with handlers that write effects.
+type suite struct {
+	*harness
+	units *uow.Manager
+	reg   *prometheus.Registry
+	group string
+}
+
+func newSuite(t *testing.T, h *harness) *suite {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, outbox.Migrate(ctx, h.db))
+	require.NoError(t, inbox.Migrate(ctx, h.db))
+	require.NoError(t, h.db.AutoMigrate(&Effect{}, &Stock{}))
+	units, err := uow.New(h.db, nil)
+	require.NoError(t, err)
+	return &suite{harness: h, units: units, reg: prometheus.NewRegistry(), group: "g" + aggregate.NewID()[16:]}
+}
+
+func (s *suite) config() *inbox.ConsumerConfig {
+	cfg := inbox.DefaultConsumerConfig(s.group)
+	cfg.RetryInitialInterval = 5 * time.Millisecond
+	cfg.RetryMaxInterval = 20 * time.Millisecond
+	cfg.Logger = quiet
+	cfg.Registerer = s.reg
+	return cfg
+}
+
+func (s *suite) effects(t *testing.T) int64 {
+	t.Helper()
+	var n int64
+	require.NoError(t, s.db.Model(&Effect{}).Count(&n).Error)
+	return n
+}
+
+func (s *suite) counter(t *testing.T, name string) float64 {
+	t.Helper()
+	mfs, err := s.reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
+// effectHandler writes one Effect per applied order.placed.
+func effectHandler(calls *atomic.Int32) func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+	return func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+		calls.Add(1)
+		return uow.DB(ctx, nil).Create(&Effect{MessageID: env.ID}).Error
+	}
+}
+
+// TestConsumerAppliesDuplicatesOnce delivers messages twice — one after the
+// other, and to two consumers of the group at once — and checks that each
+// is applied once and every duplicate is acknowledged.
+func TestConsumerAppliesDuplicatesOnce(t *testing.T) {
+	forEachHarness(t, func(t *testing.T, h *harness) {
+		s := newSuite(t, h)
+		var calls atomic.Int32
+		for i := 0; i < 2; i++ { // two instances of the group
+			c := s.newConsumer(t, s.config())
+			require.NoError(t, inbox.Handle(c, effectHandler(&calls)))
+			run(t, c)
+		}
+		var msgs []string
+		for i := 0; i < 20; i++ {
+			m := eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: fmt.Sprint(i), SKU: "apple", Qty: 1}, nil)
+			msgs = append(msgs, m.UUID)
+			s.publish(t, "order.placed", m)
+			s.publish(t, "order.placed", m.Copy()) // the duplicate races the original
+		}
+		waitFor(t, 30*time.Second, "every duplicate acknowledged", func() bool {
+			return s.counter(t, "bento_inbox_duplicates_total") == 20
+		})
+		assert.Equal(t, int64(20), s.effects(t))
+		assert.EqualValues(t, 20, calls.Load())
+		assert.Equal(t, 20.0, s.counter(t, "bento_inbox_processed_total"))
+		var distinct int64
+		require.NoError(t, s.db.Model(&Effect{}).Where("message_id IN ?", msgs).Distinct("message_id").Count(&distinct).Error)
+		assert.Equal(t, int64(20), distinct)
+	})
+}
+
+// TestConsumerRetriesThenApplies: a handler failing twice, then succeeding,
+// applies the message once and dead-letters nothing.
+func TestConsumerRetriesThenApplies(t *testing.T) {
+	forEachHarness(t, func(t *testing.T, h *harness) {
+		s := newSuite(t, h)
+		var calls atomic.Int32
+		c := s.newConsumer(t, s.config())
+		require.NoError(t, inbox.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+			n := calls.Add(1)
+			if err := uow.DB(ctx, nil).Create(&Effect{MessageID: env.ID}).Error; err != nil {
+				return err
+			}
+			if n <= 2 {
+				return fmt.Errorf("attempt %d fails", n)
+			}
+			return nil
+		}))
+		run(t, c)
+		s.publish(t, "order.placed", eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: "o-1"}, nil))
+		waitFor(t, 20*time.Second, "the third attempt", func() bool { return s.counter(t, "bento_inbox_processed_total") == 1 })
+		assert.EqualValues(t, 3, calls.Load())
+		assert.Equal(t, int64(1), s.effects(t))
+		var records int64
+		require.NoError(t, s.db.Model(&inbox.Record{}).Count(&records).Error)
+		assert.Equal(t, int64(1), records)
+	})
+}
+
+// TestConsumerChainsEventsAtomically consumes order.placed in a handler that
+// reserves stock through a unit of work, emitting stock.reserved; its first
+// attempt is killed at COMMIT. Once retried: one stock change, one outbox
+// row carrying the correlation and causation ids, one inbox record.
+func TestConsumerChainsEventsAtomically(t *testing.T) {
+	forEachHarness(t, func(t *testing.T, h *harness) {
+		s := newSuite(t, h)
+		ctx := context.Background()
+		require.NoError(t, s.db.Exec(`CREATE TABLE IF NOT EXISTS targets (id INTEGER PRIMARY KEY)`).Error)
+		require.NoError(t, s.db.Exec(`CREATE TABLE IF NOT EXISTS bombs (id INTEGER PRIMARY KEY,
+			ref INTEGER REFERENCES targets(id) DEFERRABLE INITIALLY DEFERRED)`).Error)
+		require.NoError(t, s.units.Run(ctx, func(ctx context.Context, u *uow.UnitOfWork) error {
+			st := &Stock{}
+			st.ID = "apple"
+			return u.Add(st)
+		}))
+		var attempts atomic.Int32
+		c := s.newConsumer(t, s.config())
+		require.NoError(t, inbox.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+			n := attempts.Add(1)
+			return s.units.Run(ctx, func(ctx context.Context, u *uow.UnitOfWork) error {
+				st, err := uow.Get[Stock](ctx, u, e.SKU)
+				if err != nil {
+					return err
+				}
+				st.Reserved += e.Qty
+				st.Record(StockReserved{SKU: e.SKU, OrderID: e.OrderID})
+				if n == 1 {
+					return u.Tx(ctx).Exec("INSERT INTO bombs (id, ref) VALUES (1, 42)").Error
+				}
+				return nil
+			})
+		}))
+		run(t, c)
+		placed := eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: "o-1", SKU: "apple", Qty: 3},
+			map[string]string{outbox.MetaCorrelationID: "checkout-7"})
+		s.publish(t, "order.placed", placed)
+		waitFor(t, 20*time.Second, "the retried attempt", func() bool { return s.counter(t, "bento_inbox_processed_total") == 1 })
+
+		assert.EqualValues(t, 2, attempts.Load())
+		var st Stock
+		require.NoError(t, s.db.Take(&st, "id = ?", "apple").Error)
+		assert.Equal(t, 3, st.Reserved)
+		assert.Equal(t, int64(2), st.Version)
+		var rows []outbox.Message
+		require.NoError(t, s.db.Where("topic = 'stock.reserved'").Find(&rows).Error)
+		require.Len(t, rows, 1)
+		assert.Equal(t, "checkout-7", rows[0].Metadata[outbox.MetaCorrelationID])
+		assert.Equal(t, placed.UUID, rows[0].Metadata[outbox.MetaCausationID])
+		var records, bombs int64
+		require.NoError(t, s.db.Model(&inbox.Record{}).Count(&records).Error)
+		require.NoError(t, s.db.Table("bombs").Count(&bombs).Error)
+		assert.Equal(t, int64(1), records)
+		assert.Equal(t, int64(0), bombs)
+	})
+}
+
+// TestConsumerDeadLetters: an always-failing handler's message goes to the
+// dead-letter destination with its error after the retries while later
+// messages are still applied; undecodable messages and unknown event types
+// go there at once without reaching a handler.
+func TestConsumerDeadLetters(t *testing.T) {
+	forEachHarness(t, func(t *testing.T, h *harness) {
+		s := newSuite(t, h)
+		cfg := s.config()
+		cfg.MaxRetries = 2
+		var calls atomic.Int32
+		var mu sync.Mutex
+		perMessage := map[string]int{}
+		c := s.newConsumer(t, cfg)
+		require.NoError(t, inbox.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+			calls.Add(1)
+			mu.Lock()
+			perMessage[e.OrderID]++
+			mu.Unlock()
+			if e.OrderID == "poison" {
+				return errors.New("stock service says no")
+			}
+			return uow.DB(ctx, nil).Create(&Effect{MessageID: env.ID}).Error
+		}))
+		run(t, c)
+
+		poison := eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: "poison"}, nil)
+		s.publish(t, "order.placed", poison)
+		unknown := eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: "x"}, nil)
+		unknown.Metadata.Set(messaging.MetaEventType, "order.exotic") // routed as order.placed, typed otherwise
+		s.publish(t, "order.placed", unknown)
+		malformed := eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: "y"}, nil)
+		malformed.Payload = []byte(`{"order_id": `)
+		s.publish(t, "order.placed", malformed)
+		wrongShape := eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: "z"}, nil)
+		wrongShape.Payload = []byte(`{"qty": "three"}`)
+		s.publish(t, "order.placed", wrongShape)
+		healthy := eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: "healthy"}, nil)
+		s.publish(t, "order.placed", healthy)
+
+		dead := s.deadLetters(t, s.group, 4)
+		reasons := map[string]string{}
+		for _, m := range dead {
+			reasons[m.UUID] = m.Metadata.Get(inbox.MetaDeadReason)
+		}
+		assert.Contains(t, reasons[poison.UUID], "stock service says no")
+		assert.Contains(t, reasons[unknown.UUID], "no handler")
+		assert.Contains(t, reasons[malformed.UUID], "malformed")
+		assert.Contains(t, reasons[wrongShape.UUID], "malformed payload")
+		waitFor(t, 10*time.Second, "the healthy message", func() bool { return s.effects(t) == 1 })
+		mu.Lock()
+		assert.Equal(t, 3, perMessage["poison"], "1 attempt + 2 retries")
+		assert.Equal(t, 1, perMessage["healthy"])
+		assert.Zero(t, perMessage["x"]+perMessage["y"]+perMessage["z"], "undecodable messages never reach the handler")
+		mu.Unlock()
+		var records int64
+		require.NoError(t, s.db.Model(&inbox.Record{}).Count(&records).Error)
+		assert.Equal(t, int64(1), records, "only the applied message is recorded")
+	})
+}
+
+// TestConsumerUpcasts: a version-1 payload reaches the handler as the
+// version-2 type.
+func TestConsumerUpcasts(t *testing.T) {
+	forEachHarness(t, func(t *testing.T, h *harness) {
+		s := newSuite(t, h)
+		cfg := s.config()
+		require.NoError(t, messaging.RegisterUpcaster(cfg.Registry, upcastPlaced))
+		got := make(chan OrderPlaced, 2)
+		c := s.newConsumer(t, cfg)
+		require.NoError(t, inbox.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+			got <- e
+			return nil
+		}))
+		run(t, c)
+		s.publish(t, "order.placed", eventMsg(t, "order.placed", 1, OrderPlacedV1{OrderID: "o-9", Item: "tea:4"}, nil))
+		s.publish(t, "order.placed", eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: "o-10", SKU: "coffee", Qty: 1}, nil))
+		for _, want := range []OrderPlaced{{OrderID: "o-9", SKU: "tea", Qty: 4}, {OrderID: "o-10", SKU: "coffee", Qty: 1}} {
+			select {
+			case e := <-got:
+				assert.Equal(t, want, e)
+			case <-time.After(10 * time.Second):
+				t.Fatal("event not handled")
+			}
+		}
+	})
+}
+
+func TestConsumerConfig(t *testing.T) {
+	t.Parallel()
+	h := memoryHarness(t)
+	require.NoError(t, inbox.Migrate(context.Background(), h.db))
+	bad := inbox.DefaultConsumerConfig("has space")
+	bad.MaxRetries = -1
+	bad.RetryInitialInterval = 0
+	bad.Registry = nil
+	_, err := inbox.NewConsumer(h.db, func([]string) (message.Subscriber, error) { return nil, nil }, nil, "", bad)
+	require.ErrorIs(t, err, inbox.ErrInvalidConfig)
+	for _, f := range []string{"Group", "MaxRetries", "RetryInitialInterval", "Registry", "dead-letter"} {
+		assert.Contains(t, err.Error(), f)
+	}
+	c := h.newConsumer(t, inbox.DefaultConsumerConfig("g1"))
+	require.NoError(t, inbox.Handle(c, func(context.Context, OrderPaid, *messaging.Envelope) error { return nil }))
+	require.Error(t, inbox.Handle(c, func(context.Context, OrderPaid, *messaging.Envelope) error { return nil }),
+		"one handler per event type")
+	assert.Equal(t, "bento-dead.g_x", inbox.DeadLetterTopic("g:x"))
+}
+
+// TestStoppingConsumerDoesNotDeadLetter stops a consumer while its handler
+// is applying a message: the cancelled handler's message must go back to the
+// queue and be applied by the next consumer, never to the dead letters.
+func TestStoppingConsumerDoesNotDeadLetter(t *testing.T) {
+	forEachHarness(t, func(t *testing.T, h *harness) {
+		s := newSuite(t, h)
+		entered := make(chan struct{}, 1)
+		first := s.newConsumer(t, s.config())
+		require.NoError(t, inbox.Handle(first, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+			entered <- struct{}{}
+			<-ctx.Done() // shutting down mid-handler
+			return ctx.Err()
+		}))
+		stop := run(t, first)
+		msg := eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: "o-1"}, nil)
+		s.publish(t, "order.placed", msg)
+		select {
+		case <-entered:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the handler never ran")
+		}
+		stop()
+
+		var calls atomic.Int32
+		second := s.newConsumer(t, s.config())
+		require.NoError(t, inbox.Handle(second, effectHandler(&calls)))
+		run(t, second)
+		waitFor(t, 30*time.Second, "the message applied by the next consumer", func() bool { return s.effects(t) == 1 })
+		assert.EqualValues(t, 1, calls.Load())
+		if h.bus != nil {
+			assert.Empty(t, s.peekDead(t), "nothing was dead-lettered")
+		}
+	})
+}

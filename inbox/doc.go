@@ -1,0 +1,33 @@
+// Package inbox makes consumers apply each message exactly once.
+//
+// Delivery through a broker is at least once: a projector republishes after a
+// crash, RabbitMQ redelivers unacknowledged messages. The inbox turns that
+// into exactly-once effects. [Inbox.Middleware] records (consumer, message
+// id) in the inbox_messages table in the same database transaction as the
+// handler's own writes, with an insert that cannot duplicate; a message
+// whose record exists is acknowledged and skipped. Two deliveries racing each
+// other serialise on that insert: the second waits for the first's
+// transaction and is skipped if it committed, applied if it rolled back.
+//
+// Handlers reach the transaction through package uow: a unit of work begun
+// with the handler's context joins it, so a handler that changes an
+// aggregate commits the change, the events it records (carrying the message's
+// correlation id, and its id as causation id) and the inbox record together,
+// or none of them.
+//
+// # Consumers
+//
+// [Consumer] wires it all for a consumer group: typed handlers registered
+// with [Handle] receive the decoded event and its envelope; a Watermill
+// router runs them behind the poison, retry and inbox middlewares, on
+// RabbitMQ ([NewAMQPConsumer]) or the in-memory bus ([NewMemoryConsumer]).
+// A message that keeps failing is retried with backoff, then moved to the
+// group's dead-letter destination with the error in its metadata
+// (reason_poisoned), and the consumer goes on. A message that cannot be
+// decoded, or whose event type has no handler, goes there at once.
+//
+// # Retention
+//
+// [Purge] deletes old inbox records. The retention window is the dedup
+// window: see Purge.
+package inbox

@@ -1,0 +1,78 @@
+package inbox_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/glebarez/sqlite"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/bentoevents/bento/inbox"
+	"github.com/bentoevents/bento/messaging"
+	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/uow"
+)
+
+// Shipment is what the example's consumer writes for each paid order.
+type Shipment struct {
+	OrderID string `gorm:"primaryKey"`
+}
+
+func ExampleConsumer() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dir, _ := os.MkdirTemp("", "bento-inbox")
+	defer os.RemoveAll(dir)
+	db, err := gorm.Open(sqlite.Open(filepath.Join(dir, "app.db")+"?_txlock=immediate"), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = outbox.Migrate(ctx, db)
+	_ = inbox.Migrate(ctx, db)
+	_ = db.AutoMigrate(&Shipment{})
+
+	bus := messaging.NewMemoryBus() // messaging.NewAMQPSubscriber & co. for RabbitMQ: inbox.NewAMQPConsumer
+	cfg := inbox.DefaultConsumerConfig("shipping")
+	cfg.Logger = quiet
+	shipping, err := inbox.NewMemoryConsumer(db, bus, cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	shipped := make(chan string, 1)
+	// The handler runs in the inbox's transaction: its writes (and any unit
+	// of work begun with ctx) commit with the inbox record, exactly once.
+	err = inbox.Handle(shipping, func(ctx context.Context, e OrderPaid, env *messaging.Envelope) error {
+		if err := uow.DB(ctx, db).Create(&Shipment{OrderID: e.OrderID}).Error; err != nil {
+			return err
+		}
+		shipped <- e.OrderID
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	go func() { _ = shipping.Run(ctx) }()
+	<-shipping.Running()
+
+	// The same event delivered twice, as at-least-once delivery may.
+	msg, _ := messaging.NewMessage(&outbox.Message{
+		ID: "01JD3ZQ8Y7C1W4K3M5N6P7Q8R9", TenantID: "default", Topic: "order.paid",
+		SchemaVersion: 1, Payload: []byte(`{"order_id":"o-1"}`), OccurredAt: time.Now(),
+	})
+	_ = bus.Publish("order.paid", msg)
+	_ = bus.Publish("order.paid", msg.Copy())
+
+	fmt.Println("shipped", <-shipped)
+	cancel() // stop the consumer; the duplicate was skipped or never taken
+	var shipments int64
+	db.Model(&Shipment{}).Count(&shipments)
+	fmt.Println("shipments:", shipments)
+	// Output:
+	// shipped o-1
+	// shipments: 1
+}

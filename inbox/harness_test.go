@@ -1,0 +1,218 @@
+package inbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/bentoevents/bento/aggregate"
+	"github.com/bentoevents/bento/inbox"
+	"github.com/bentoevents/bento/internal/testenv"
+	"github.com/bentoevents/bento/messaging"
+	"github.com/bentoevents/bento/outbox"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// harness is a database and a bus a consumer suite runs on.
+type harness struct {
+	name string
+	db   *gorm.DB
+	// newConsumer builds a consumer of cfg.Group.
+	newConsumer func(t *testing.T, cfg *inbox.ConsumerConfig) *inbox.Consumer
+	// publish sends msg with routing key topic.
+	publish func(t *testing.T, topic string, msg *message.Message)
+	// deadLetters waits for n dead letters of group and returns them.
+	deadLetters func(t *testing.T, group string, n int) []*message.Message
+	// amqp is the broker config (nil on the in-memory bus).
+	amqp *messaging.AMQPConfig
+	// bus is the in-memory bus (nil on RabbitMQ).
+	bus *messaging.MemoryBus
+}
+
+// harnesses returns RabbitMQ with PostgreSQL and the in-memory bus with
+// SQLite.
+func harnesses() map[string]func(t *testing.T) *harness {
+	return map[string]func(t *testing.T) *harness{
+		"rabbitmq+postgres": rabbitHarness,
+		"memory+sqlite":     memoryHarness,
+	}
+}
+
+func forEachHarness(t *testing.T, fn func(t *testing.T, h *harness)) {
+	for name, mk := range harnesses() {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			fn(t, mk(t))
+		})
+	}
+}
+
+func memoryHarness(t *testing.T) *harness {
+	db := testenv.SQLite(t)
+	bus := messaging.NewMemoryBus()
+	t.Cleanup(func() { _ = bus.Close() })
+	return &harness{
+		name: "memory+sqlite",
+		db:   db,
+		bus:  bus,
+		newConsumer: func(t *testing.T, cfg *inbox.ConsumerConfig) *inbox.Consumer {
+			c, err := inbox.NewMemoryConsumer(db, bus, cfg)
+			require.NoError(t, err)
+			return c
+		},
+		publish: func(t *testing.T, topic string, msg *message.Message) {
+			require.NoError(t, bus.Publish(topic, msg))
+		},
+		deadLetters: func(t *testing.T, group string, n int) []*message.Message {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			msgs, err := bus.Subscriber(group+".dead", inbox.DeadLetterTopic(group)).Subscribe(ctx, "")
+			require.NoError(t, err)
+			var out []*message.Message
+			for len(out) < n {
+				select {
+				case m := <-msgs:
+					m.Ack()
+					out = append(out, m)
+				case <-ctx.Done():
+					t.Fatalf("%d of %d dead letters arrived", len(out), n)
+				}
+			}
+			return out
+		},
+	}
+}
+
+func rabbitHarness(t *testing.T) *harness {
+	ex := testenv.NewExchange(t)
+	u := ex.URL
+	db, _ := testenv.Postgres(t)
+	cfg := &messaging.AMQPConfig{URL: u, Exchange: ex.Name, Logger: quiet}
+	pub, err := messaging.NewAMQPPublisher(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	return &harness{
+		name: "rabbitmq+postgres",
+		db:   db,
+		amqp: cfg,
+		newConsumer: func(t *testing.T, ccfg *inbox.ConsumerConfig) *inbox.Consumer {
+			ex.Queues(ccfg.Group, ccfg.Group+".dead")
+			c, err := inbox.NewAMQPConsumer(context.Background(), db, cfg, ccfg)
+			require.NoError(t, err)
+			return c
+		},
+		publish: func(t *testing.T, topic string, msg *message.Message) {
+			require.NoError(t, pub.Publish(topic, msg))
+		},
+		deadLetters: func(t *testing.T, group string, n int) []*message.Message {
+			conn, err := amqp.Dial(u)
+			require.NoError(t, err)
+			defer conn.Close()
+			ch, err := conn.Channel()
+			require.NoError(t, err)
+			var out []*message.Message
+			waitFor(t, 20*time.Second, "dead letters", func() bool {
+				for {
+					d, ok, err := ch.Get(group+".dead", true)
+					require.NoError(t, err)
+					if !ok {
+						break
+					}
+					m := message.NewMessage(d.MessageId, d.Body)
+					for k, v := range d.Headers {
+						if s, ok := v.(string); ok {
+							m.Metadata.Set(k, s)
+						}
+					}
+					out = append(out, m)
+				}
+				return len(out) >= n
+			})
+			return out
+		},
+	}
+}
+
+// peekDead returns up to 3 dead-letter reasons of the suite's group without
+// waiting (in-memory bus only).
+func (s *suite) peekDead(t *testing.T) []string {
+	if s.bus == nil {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	msgs, err := s.bus.Subscriber(s.group+".dead", inbox.DeadLetterTopic(s.group)).Subscribe(ctx, "")
+	if err != nil {
+		return []string{err.Error()}
+	}
+	var out []string
+	for len(out) < 3 {
+		select {
+		case m := <-msgs:
+			out = append(out, m.Metadata.Get(inbox.MetaDeadReason))
+			m.Nack()
+		case <-time.After(200 * time.Millisecond):
+			return out
+		}
+	}
+	return out
+}
+
+// run runs c until the test ends, returning once it is subscribed.
+func run(t *testing.T, c *inbox.Consumer) context.CancelFunc {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	select {
+	case <-c.Running():
+	case err := <-done:
+		t.Fatalf("consumer stopped: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("consumer did not start")
+	}
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			require.NoError(t, <-done)
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// eventMsg builds the message a projector would publish for an event.
+func eventMsg(t *testing.T, topic string, version int, payload any, meta map[string]string) *message.Message {
+	t.Helper()
+	body, err := json.Marshal(payload)
+	require.NoError(t, err)
+	m, err := messaging.NewMessage(&outbox.Message{
+		ID: aggregate.NewID(), TenantID: "default", Topic: topic, AggregateType: "order",
+		AggregateID: "o-1", AggregateVersion: 1, SchemaVersion: version, Payload: body,
+		Metadata: meta, OccurredAt: time.Now().UTC(),
+	})
+	require.NoError(t, err)
+	return m
+}
+
+func waitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", within, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,70 @@
+package inbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// PurgeOpts narrow Purge. A nil *PurgeOpts means every consumer, batches of
+// 1,000 and the system clock.
+type PurgeOpts struct {
+	// Consumer restricts the purge to one consumer's records.
+	Consumer string
+	// BatchSize is how many records one DELETE removes; each batch is its
+	// own short statement. Defaults to 1,000.
+	BatchSize int
+	// Now is the clock the age is measured from. Defaults to time.Now.
+	Now func() time.Time
+}
+
+// Purge deletes inbox records received more than olderThan ago and returns
+// how many it deleted.
+//
+// The retention window is the dedup window: a message whose record was
+// purged is applied again if it is delivered again. Keep olderThan longer
+// than any message can be redelivered after it was first applied — broker
+// redelivery, a projector retrying an event it could not mark sent, an
+// operator replaying a dead letter or requeueing an outbox event — with a
+// wide margin (days, not minutes). Do not purge right after a long outage:
+// deliveries held back by it are exactly the late duplicates the window is
+// for.
+func Purge(ctx context.Context, db *gorm.DB, olderThan time.Duration, opts *PurgeOpts) (int64, error) {
+	if olderThan < 0 {
+		return 0, fmt.Errorf("inbox: purge: negative age %v", olderThan)
+	}
+	if opts == nil {
+		opts = &PurgeOpts{}
+	}
+	batch := opts.BatchSize
+	if batch <= 0 {
+		batch = 1000
+	}
+	now := time.Now
+	if opts.Now != nil {
+		now = opts.Now
+	}
+	query := `DELETE FROM inbox_messages WHERE (consumer, message_id) IN (
+  SELECT consumer, message_id FROM inbox_messages WHERE received_at < @before`
+	if opts.Consumer != "" {
+		query += ` AND consumer = @consumer`
+	}
+	query += ` ORDER BY received_at LIMIT @limit)`
+	args := map[string]any{"before": now().UTC().Add(-olderThan), "consumer": opts.Consumer, "limit": batch}
+	var total int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		res := db.WithContext(ctx).Exec(query, args)
+		if res.Error != nil {
+			return total, wrapDB("purge", res.Error)
+		}
+		total += res.RowsAffected
+		if res.RowsAffected < int64(batch) {
+			return total, nil
+		}
+	}
+}

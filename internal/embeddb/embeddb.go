@@ -1,0 +1,49 @@
+// Package embeddb opens the embedded default database: a pure-Go SQLite file
+// configured for bento's access pattern.
+package embeddb
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/glebarez/sqlite"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+)
+
+// DSN returns the driver DSN for the SQLite file at path: WAL journal, a busy
+// timeout, foreign keys on, and transactions that take the write lock when
+// they begin (BEGIN IMMEDIATE), so concurrent units of work queue instead of
+// failing with SQLITE_BUSY when they upgrade from reading to writing.
+func DSN(path string) string {
+	q := url.Values{}
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", "foreign_keys(1)")
+	q.Add("_pragma", "synchronous(NORMAL)")
+	q.Set("_txlock", "immediate")
+	return path + "?" + unescapeParens(q.Encode())
+}
+
+// Open opens (creating if needed) the SQLite database file at path. A nil
+// cfg uses a silent GORM logger.
+func Open(path string, cfg *gorm.Config) (*gorm.DB, error) {
+	if cfg == nil {
+		cfg = &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)}
+	}
+	db, err := gorm.Open(sqlite.Open(DSN(path)), cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		return nil, err
+	}
+	sqlDB.SetMaxOpenConns(4)
+	return db, nil
+}
+
+func unescapeParens(s string) string {
+	return strings.NewReplacer("%28", "(", "%29", ")").Replace(s)
+}

@@ -1,0 +1,73 @@
+package migrate_test
+
+import (
+	"context"
+	"testing"
+	"testing/fstest"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/bentoevents/bento/internal/dialect"
+	"github.com/bentoevents/bento/internal/migrate"
+	"github.com/bentoevents/bento/internal/testenv"
+)
+
+func TestLoadChecksNamesAndOrders(t *testing.T) {
+	t.Parallel()
+	ms, err := migrate.Load(fstest.MapFS{
+		"sqlite/010_later.sql": {Data: []byte("SELECT 10")},
+		"sqlite/002_first.sql": {Data: []byte("SELECT 2")},
+	}, dialect.SQLite)
+	require.NoError(t, err)
+	require.Len(t, ms, 2)
+	assert.Equal(t, 2, ms[0].Version)
+	assert.Equal(t, "first", ms[0].Name)
+	assert.Equal(t, 10, ms[1].Version)
+
+	for name, fsys := range map[string]fstest.MapFS{
+		"bad name":       {"sqlite/first.sql": {Data: []byte("x")}},
+		"zero version":   {"sqlite/000_zero.sql": {Data: []byte("x")}},
+		"duplicate":      {"sqlite/001_a.sql": {Data: []byte("x")}, "sqlite/1_b.sql": {Data: []byte("x")}},
+		"missing folder": {"postgres/001_a.sql": {Data: []byte("x")}},
+	} {
+		_, err := migrate.Load(fsys, dialect.SQLite)
+		assert.Error(t, err, name)
+	}
+}
+
+func TestUpAppliesOnceAndRecords(t *testing.T) {
+	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend, db *gorm.DB) {
+		ctx := context.Background()
+		fsys := fstest.MapFS{
+			b.Name + "/001_create.sql": {Data: []byte("CREATE TABLE widgets (id INTEGER PRIMARY KEY)")},
+			b.Name + "/002_seed.sql":   {Data: []byte("INSERT INTO widgets (id) VALUES (1); INSERT INTO widgets (id) VALUES (2)")},
+		}
+		st, err := migrate.List(ctx, db, "widgets", fsys)
+		require.NoError(t, err)
+		require.Len(t, st, 2)
+		assert.Nil(t, st[0].AppliedAt)
+
+		require.NoError(t, migrate.Up(ctx, db, "widgets", fsys))
+		require.NoError(t, migrate.Up(ctx, db, "widgets", fsys)) // no second insert
+		var n int64
+		require.NoError(t, db.Table("widgets").Count(&n).Error)
+		assert.Equal(t, int64(2), n, "a multi-statement file ran once")
+
+		st, err = migrate.List(ctx, db, "widgets", fsys)
+		require.NoError(t, err)
+		for _, s := range st {
+			assert.NotNil(t, s.AppliedAt, "migration %d recorded", s.Version)
+		}
+
+		// A failing migration is rolled back and not recorded.
+		fsys[b.Name+"/003_broken.sql"] = &fstest.MapFile{Data: []byte("INSERT INTO widgets (id) VALUES (3); SELECT * FROM no_such_table")}
+		require.Error(t, migrate.Up(ctx, db, "widgets", fsys))
+		require.NoError(t, db.Table("widgets").Count(&n).Error)
+		assert.Equal(t, int64(2), n, "the broken migration's insert was rolled back")
+		st, err = migrate.List(ctx, db, "widgets", fsys)
+		require.NoError(t, err)
+		assert.Nil(t, st[2].AppliedAt)
+	})
+}

@@ -1,0 +1,62 @@
+package testenv
+
+import (
+	"sync"
+	"testing"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Exchange is a fresh, uniquely named exchange ("bt.<random>") on the test
+// broker. At cleanup it deletes the exchange, the alternate and dead-letter
+// exchanges bento derives from its name, their queues, and every queue
+// registered with Queues.
+type Exchange struct {
+	// URL is the broker's address.
+	URL string
+	// Name is the exchange's name.
+	Name string
+
+	mu     sync.Mutex
+	queues []string
+}
+
+// NewExchange reserves a fresh exchange name on the test broker (see
+// RequireAMQP) and registers its cleanup.
+func NewExchange(t testing.TB) *Exchange {
+	t.Helper()
+	e := &Exchange{URL: RequireAMQP(t), Name: "bt." + randomHex(4)}
+	t.Cleanup(e.delete)
+	return e
+}
+
+// Queues registers queues to delete at cleanup.
+func (e *Exchange) Queues(names ...string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.queues = append(e.queues, names...)
+}
+
+func (e *Exchange) delete() {
+	conn, err := amqp.Dial(e.URL)
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return
+	}
+	e.mu.Lock()
+	queues := append([]string(nil), e.queues...)
+	e.mu.Unlock()
+	for _, ex := range []string{e.Name, e.Name + ".dead"} {
+		queues = append(queues, ex+".unroutable")
+	}
+	for _, q := range queues {
+		_, _ = ch.QueueDelete(q, false, false, false)
+	}
+	for _, ex := range []string{e.Name, e.Name + ".unroutable", e.Name + ".dead", e.Name + ".dead.unroutable"} {
+		_ = ch.ExchangeDelete(ex, false, false)
+	}
+}

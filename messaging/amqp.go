@@ -1,0 +1,365 @@
+package messaging
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v2/pkg/amqp"
+	"github.com/ThreeDotsLabs/watermill/message"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// ErrInvalidConfig is wrapped by every problem [AMQPConfig] validation finds.
+var ErrInvalidConfig = errors.New("messaging: invalid config")
+
+// Defaults of [AMQPConfig].
+const (
+	DefaultExchange        = "bento.events"
+	DefaultChannelPoolSize = 16
+	DefaultPrefetchCount   = 32
+)
+
+// setupTimeout bounds the topology declaration done by the constructors.
+const setupTimeout = 30 * time.Second
+
+// AMQPConfig configures the RabbitMQ publisher and subscriber. URL and
+// Exchange are required — an empty exchange is rejected rather than
+// defaulted, so producers and consumers can never silently disagree on it
+// (use DefaultExchange if you have no preference); other zero fields take
+// their defaults.
+type AMQPConfig struct {
+	// URL is the broker's address, amqp://user:pass@host:5672/vhost or
+	// amqps://... It is required.
+	URL string
+	// Exchange is the name of the durable topic exchange events are
+	// published to; "<Exchange>.unroutable" is its alternate exchange and
+	// queue. 1 to 200 ASCII letters, digits, '_', '.', ':' or '-', not
+	// starting with "amq.". Required; DefaultExchange is "bento.events".
+	Exchange string
+	// ChannelPoolSize is the number of AMQP channels a publisher opens up
+	// front; it caps how many Publish calls run at once. Defaults to 16.
+	ChannelPoolSize int
+	// PrefetchCount is how many unacked messages the broker sends ahead to
+	// each subscription (AMQP basic.qos), at most 65535. Defaults to 32.
+	PrefetchCount int
+	// Logger receives the logs of watermill-amqp. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// resolve returns a validated copy of c with the defaults filled in.
+func (c *AMQPConfig) resolve() (*AMQPConfig, error) {
+	r := AMQPConfig{}
+	if c != nil {
+		r = *c
+	}
+	if r.ChannelPoolSize == 0 {
+		r.ChannelPoolSize = DefaultChannelPoolSize
+	}
+	if r.PrefetchCount == 0 {
+		r.PrefetchCount = DefaultPrefetchCount
+	}
+	if r.Logger == nil {
+		r.Logger = slog.Default()
+	}
+	if err := r.validate(); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// validate names every bad field of c, whose defaults are filled in.
+func (c *AMQPConfig) validate() error {
+	var errs []error
+	bad := func(field, reason string) {
+		errs = append(errs, fmt.Errorf("%w: AMQPConfig.%s %s", ErrInvalidConfig, field, reason))
+	}
+	if c.URL == "" {
+		bad("URL", "is required")
+	} else if reason := checkURL(c.URL); reason != "" {
+		bad("URL", reason)
+	}
+	if c.Exchange == "" {
+		bad("Exchange", "is required (DefaultExchange is \""+DefaultExchange+"\")")
+	} else if r := checkName(c.Exchange); r != "" {
+		bad("Exchange", fmt.Sprintf("%q %s", clip(c.Exchange), r))
+	}
+	if c.ChannelPoolSize < 0 {
+		bad("ChannelPoolSize", fmt.Sprintf("%d is negative", c.ChannelPoolSize))
+	}
+	if c.PrefetchCount < 0 || c.PrefetchCount > 65535 {
+		bad("PrefetchCount", fmt.Sprintf("%d is outside 0..65535", c.PrefetchCount))
+	}
+	return errors.Join(errs...)
+}
+
+// checkURL says what is wrong with an AMQP URL, without repeating it (it may
+// hold a password).
+func checkURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Sprintf("does not parse: %v", err)
+	}
+	if u.Scheme != "amqp" && u.Scheme != "amqps" {
+		return fmt.Sprintf("has scheme %q, want amqp or amqps", u.Scheme)
+	}
+	if _, err := amqp.ParseURI(s); err != nil {
+		return "is not a valid AMQP URI"
+	}
+	return ""
+}
+
+// wamqpConfig is the watermill-amqp configuration shared by our publishers
+// and subscribers: one durable topic exchange with a constant name, routing
+// key = watermill topic = event type.
+func (c *AMQPConfig) wamqpConfig(b topologyBuilder) wamqp.Config {
+	exchange := c.Exchange
+	return wamqp.Config{
+		Connection: wamqp.ConnectionConfig{AmqpURI: c.URL},
+		Marshaler:  marshaler{},
+		Exchange: wamqp.ExchangeConfig{
+			GenerateName: func(string) string { return exchange },
+			Type:         amqp.ExchangeTopic,
+			Durable:      true,
+			Arguments:    exchangeArgs(exchange),
+		},
+		Queue: wamqp.QueueConfig{Durable: true},
+		// Unused: topologyBuilder binds with the group's patterns.
+		QueueBind: wamqp.QueueBindConfig{GenerateRoutingKey: func(string) string { return "" }},
+		Publish: wamqp.PublishConfig{
+			GenerateRoutingKey: func(topic string) string { return topic },
+			ConfirmDelivery:    true,
+			ChannelPoolSize:    c.ChannelPoolSize,
+		},
+		Consume: wamqp.ConsumeConfig{
+			Qos: wamqp.QosConfig{PrefetchCount: c.PrefetchCount},
+		},
+		TopologyBuilder: b,
+	}
+}
+
+// AMQPPublisher publishes messages to the RabbitMQ topic exchange with
+// publisher confirms. It implements message.Publisher and is safe for
+// concurrent use.
+type AMQPPublisher struct {
+	pub    *wamqp.Publisher
+	mu     sync.RWMutex
+	closed bool
+}
+
+// publisherSetup validates cfg and declares the topology a publisher needs,
+// bounded by setupTimeout; both publishers start with it.
+func (cfg *AMQPConfig) publisherSetup() (*AMQPConfig, error) {
+	c, err := cfg.resolve()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	if err := DeclareTopology(ctx, c); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// NewAMQPPublisher declares the topology (see [DeclareTopology], bounded by
+// 30 seconds) and connects a publisher. The publisher reconnects on its own
+// when the connection drops.
+//
+// It returns an error wrapping [ErrInvalidConfig] for a bad cfg.
+func NewAMQPPublisher(cfg *AMQPConfig) (*AMQPPublisher, error) {
+	c, err := cfg.publisherSetup()
+	if err != nil {
+		return nil, fmt.Errorf("new AMQP publisher: %w", err)
+	}
+	pub, err := wamqp.NewPublisher(c.wamqpConfig(topologyBuilder{}), watermill.NewSlogLogger(c.Logger))
+	if err != nil {
+		return nil, fmt.Errorf("new AMQP publisher: %w", err)
+	}
+	return &AMQPPublisher{pub: pub}, nil
+}
+
+// Publish publishes msgs to the exchange with topic as routing key, as
+// persistent messages whose AMQP MessageId is the message UUID, and returns
+// once the broker has confirmed each of them (it waits for each message in
+// turn). For throughput, call Publish from several goroutines at once: up
+// to AMQPConfig.ChannelPoolSize calls run in parallel.
+//
+// A message that no binding matches is not lost: the broker routes it to
+// the "<exchange>.unroutable" queue and confirms it.
+//
+// An error means some of msgs may not have reached the broker: treat it as
+// "retry later". In particular, while the connection is down Publish fails
+// at once (it neither waits nor buffers) and the publisher reconnects in the
+// background. It returns an error wrapping [ErrInvalidName] for a malformed
+// topic, and [ErrClosed] after Close.
+func (p *AMQPPublisher) Publish(topic string, msgs ...*message.Message) error {
+	if err := validateTopic(topic); err != nil {
+		return fmt.Errorf("publish: %w", err)
+	}
+	if slices.Contains(msgs, nil) {
+		return fmt.Errorf("publish to %q: nil message", topic)
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return ErrClosed
+	}
+	if err := p.pub.Publish(topic, msgs...); err != nil {
+		return fmt.Errorf("publish to %q: %w", topic, err)
+	}
+	return nil
+}
+
+// Close waits for the Publish calls in progress and closes the connection.
+// It is idempotent.
+func (p *AMQPPublisher) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+	if err := p.pub.Close(); err != nil {
+		return fmt.Errorf("close AMQP publisher: %w", err)
+	}
+	return nil
+}
+
+// AMQPSubscriber consumes the durable queue of one consumer group. It
+// implements message.Subscriber and message.SubscribeInitializer.
+type AMQPSubscriber struct {
+	sub    *wamqp.Subscriber
+	mu     sync.RWMutex
+	closed bool
+}
+
+// NewAMQPSubscriber connects a subscriber for the consumer group group and
+// declares, before returning, the topology and the group's durable queue
+// bound to each pattern (see [DeclareQueue]); from then on the queue keeps
+// what is routed to it. Each Subscribe redeclares them, and so does the
+// subscriber after a reconnect.
+//
+// It returns an error wrapping [ErrInvalidConfig] for a bad cfg and
+// [ErrInvalidName] for a bad group or pattern.
+func NewAMQPSubscriber(cfg *AMQPConfig, group string, patterns ...string) (*AMQPSubscriber, error) {
+	c, err := cfg.resolve()
+	if err != nil {
+		return nil, err
+	}
+	if err := errors.Join(validateGroup(group), validatePatterns(patterns)); err != nil {
+		return nil, fmt.Errorf("new AMQP subscriber: %w", err)
+	}
+	wc := c.wamqpConfig(topologyBuilder{patterns: slices.Clone(patterns)})
+	wc.Queue.GenerateName = wamqp.GenerateQueueNameConstant(group)
+	sub, err := wamqp.NewSubscriber(wc, watermill.NewSlogLogger(c.Logger))
+	if err != nil {
+		return nil, fmt.Errorf("new AMQP subscriber: %w", err)
+	}
+	if err := sub.SubscribeInitialize(group); err != nil {
+		_ = sub.Close()
+		return nil, fmt.Errorf("new AMQP subscriber: %w", err)
+	}
+	return &AMQPSubscriber{sub: sub}, nil
+}
+
+// Subscribe starts a consumer on the group's queue and returns the channel
+// it delivers to. The topic argument is ignored: the queue receives what the
+// group's binding patterns route to it. Several Subscribe calls are
+// competing consumers on the queue. Each subscription delivers one message
+// at a time and waits for its Ack or Nack (the broker sends up to
+// AMQPConfig.PrefetchCount ahead); a nacked message is requeued and
+// redelivered. The channel is closed when ctx is cancelled or the subscriber
+// is closed; the messages the broker sent ahead then go back to the queue,
+// and the one in the consumer's hands still counts its Ack or Nack (Close
+// requeues it). Each message's context derives from ctx and is cancelled
+// once the message is acked or nacked.
+//
+// It returns [ErrClosed] after Close.
+func (s *AMQPSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	in, err := s.sub.Subscribe(ctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe: %w", err)
+	}
+	return untilDone(ctx, in), nil
+}
+
+// untilDone relays in to the returned channel, which it closes as soon as
+// ctx is done. watermill-amqp v2 does not: after the cancel its subscription
+// may run another consume round, delivering more messages, and closes its
+// channel 100 ms or more later. What in delivers after ctx is done is nacked,
+// so the broker requeues it.
+func untilDone(ctx context.Context, in <-chan *message.Message) <-chan *message.Message {
+	out := make(chan *message.Message)
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case m, ok := <-in:
+				if !ok {
+					return
+				}
+				if ctx.Err() == nil {
+					select {
+					case out <- m:
+						continue
+					case <-ctx.Done():
+					}
+				}
+				m.Nack()
+			case <-ctx.Done():
+			}
+			go func() {
+				for m := range in {
+					m.Nack()
+				}
+			}()
+			return
+		}
+	}()
+	return out
+}
+
+// SubscribeInitialize declares the topology and the group's queue and
+// bindings; topic is ignored. It implements message.SubscribeInitializer.
+func (s *AMQPSubscriber) SubscribeInitialize(topic string) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if err := s.sub.SubscribeInitialize(topic); err != nil {
+		return fmt.Errorf("subscribe initialize: %w", err)
+	}
+	return nil
+}
+
+// Close closes every subscription's channel, waits for them to stop and
+// closes the connection. It is idempotent.
+func (s *AMQPSubscriber) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	if err := s.sub.Close(); err != nil {
+		return fmt.Errorf("close AMQP subscriber: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,469 @@
+package messaging
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+var (
+	// ErrUnroutable is returned by [MemoryBus.Publish] when no queue is bound
+	// to the topic; nothing is delivered.
+	ErrUnroutable = errors.New("messaging: unroutable message")
+	// ErrClosed is returned by publishers and subscribers used after Close.
+	ErrClosed = errors.New("messaging: bus closed")
+)
+
+// MemoryBus is an in-process message broker with the routing semantics of a
+// RabbitMQ topic exchange: durable queues named after consumer groups, bound
+// to topic patterns, competing consumers, redelivery on nack. It is the
+// embedded default for development and tests. A MemoryBus is safe for
+// concurrent use; its queues live as long as the bus.
+type MemoryBus struct {
+	mu     sync.Mutex
+	queues map[string]*memQueue
+	routes map[string][]*memQueue // topic -> matching queues; reset on declare
+	closed bool
+	done   chan struct{}
+	wg     sync.WaitGroup // consumer goroutines
+	// inflight counts messages taken from a queue and not yet acked or put
+	// back (guarded by mu).
+	inflight int
+	// alternate, when set, receives what no binding matches (guarded by mu).
+	alternate *memQueue
+}
+
+// declared reports whether the queue exists.
+func (b *MemoryBus) declared(queue string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.queues[queue] != nil
+}
+
+// DeclareAlternate declares queue as the bus's alternate queue, like a
+// RabbitMQ alternate exchange: a message no binding matches goes there
+// instead of being refused with ErrUnroutable. Read it with
+// Subscriber(queue). Calling it again replaces the alternate queue.
+func (b *MemoryBus) DeclareAlternate(queue string) error {
+	if err := validateGroup(queue); err != nil {
+		return fmt.Errorf("declare alternate: %w", err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	q, err := b.declareLocked(queue, nil)
+	if err != nil {
+		return err
+	}
+	b.alternate = q
+	return nil
+}
+
+// Idle reports whether every queue that has a consumer is empty and no
+// message is delivered and unacknowledged: the consumers have handled
+// everything that reached them. Queues nobody consumes (an alternate queue,
+// a group not started yet) do not count. Tests use it to wait until
+// consumers are quiet.
+func (b *MemoryBus) Idle() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.inflight > 0 {
+		return false
+	}
+	for _, q := range b.queues {
+		if q.consumers > 0 && q.head < len(q.items) {
+			return false
+		}
+	}
+	return true
+}
+
+// memQueue is one queue: a FIFO of messages and the patterns bound to it.
+// Its fields are guarded by the bus mutex.
+type memQueue struct {
+	name     string
+	patterns []string
+	items    []*message.Message // items[head:] are waiting, oldest first
+	head     int
+	// waiters are the slots of the consumers waiting for a message, first
+	// come first served; a waiter exists only while the queue is empty, so
+	// a message goes to the consumer that has waited longest and consumers
+	// share a queue fairly however the scheduler runs them.
+	waiters []chan *message.Message
+	// consumers counts the subscriptions reading the queue.
+	consumers int
+}
+
+// NewMemoryBus returns an empty bus.
+func NewMemoryBus() *MemoryBus {
+	return &MemoryBus{
+		queues: map[string]*memQueue{},
+		routes: map[string][]*memQueue{},
+		done:   make(chan struct{}),
+	}
+}
+
+// DeclareQueue declares the queue of the consumer group group, if it does not
+// exist yet, and binds it to each pattern (see [MatchTopic]). Bindings add up
+// over calls, as on RabbitMQ. From then on every message published to a
+// matching topic is kept in the queue until a consumer of the group acks it,
+// whether or not a consumer is attached.
+//
+// It returns an error wrapping [ErrInvalidName] for a bad group or pattern,
+// and [ErrClosed] after Close.
+func (b *MemoryBus) DeclareQueue(group string, patterns ...string) error {
+	if err := errors.Join(validateGroup(group), validatePatterns(patterns)); err != nil {
+		return fmt.Errorf("declare queue: %w", err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, err := b.declareLocked(group, patterns)
+	return err
+}
+
+func (b *MemoryBus) declareLocked(group string, patterns []string) (*memQueue, error) {
+	if b.closed {
+		return nil, ErrClosed
+	}
+	q := b.queues[group]
+	if q == nil {
+		q = &memQueue{name: group}
+		b.queues[group] = q
+	}
+	for _, p := range patterns {
+		if !slices.Contains(q.patterns, p) {
+			q.patterns = append(q.patterns, p)
+			clear(b.routes)
+		}
+	}
+	return q, nil
+}
+
+// Publish routes each message, with topic as the routing key, to every queue
+// bound to a matching pattern; each queue gets its own copy. Publish
+// implements message.Publisher; it does not block on consumers.
+//
+// When no queue matches, the message goes to the alternate queue if one is
+// declared (DeclareAlternate); otherwise Publish returns an error wrapping
+// [ErrUnroutable] and delivers nothing, so that a relay does not count the
+// message as published.
+// It returns an error wrapping [ErrInvalidName] for a malformed topic, and
+// [ErrClosed] after Close.
+func (b *MemoryBus) Publish(topic string, msgs ...*message.Message) error {
+	if err := validateTopic(topic); err != nil {
+		return fmt.Errorf("publish: %w", err)
+	}
+	if slices.Contains(msgs, nil) {
+		return fmt.Errorf("publish to %q: nil message", topic)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return ErrClosed
+	}
+	queues, ok := b.routes[topic]
+	if !ok {
+		for _, name := range slices.Sorted(maps.Keys(b.queues)) {
+			q := b.queues[name]
+			if slices.ContainsFunc(q.patterns, func(p string) bool { return MatchTopic(p, topic) }) {
+				queues = append(queues, q)
+			}
+		}
+		b.routes[topic] = queues
+	}
+	if len(queues) == 0 && b.alternate != nil {
+		queues = []*memQueue{b.alternate}
+	}
+	if len(queues) == 0 {
+		return fmt.Errorf("publish to %q: %w: no queue is bound to a matching pattern", topic, ErrUnroutable)
+	}
+	for _, q := range queues {
+		for _, m := range msgs {
+			q.items = append(q.items, copyMessage(m))
+		}
+		b.dispatchLocked(q)
+	}
+	return nil
+}
+
+// copyMessage returns a copy of m with its own payload bytes, acks and no
+// context.
+func copyMessage(m *message.Message) *message.Message {
+	c := m.Copy()
+	c.Payload = bytes.Clone(m.Payload)
+	return c
+}
+
+// dispatchLocked hands q's oldest messages to its waiting consumers, the
+// longest waiting first. The bus mutex must be held.
+func (b *MemoryBus) dispatchLocked(q *memQueue) {
+	for len(q.waiters) > 0 {
+		m := q.take()
+		if m == nil {
+			return
+		}
+		w := q.waiters[0]
+		q.waiters = q.waiters[1:]
+		b.inflight++
+		w <- m // a waiting slot is empty and has room for one
+	}
+}
+
+// next returns the oldest message for a consumer whose slot is slot, or, when
+// the queue is empty or other consumers are waiting, registers slot as a
+// waiter and returns nil. The bus mutex must be held.
+func (b *MemoryBus) nextLocked(q *memQueue, slot chan *message.Message) *message.Message {
+	if len(q.waiters) == 0 {
+		if m := q.take(); m != nil {
+			b.inflight++
+			return m
+		}
+	}
+	q.waiters = append(q.waiters, slot)
+	return nil
+}
+
+// leaveLocked unregisters slot and puts back a message handed to it but not
+// delivered. The bus mutex must be held.
+func (b *MemoryBus) leaveLocked(q *memQueue, slot chan *message.Message) {
+	if i := slices.Index(q.waiters, slot); i >= 0 {
+		q.waiters = slices.Delete(q.waiters, i, i+1)
+	}
+	select {
+	case m := <-slot:
+		b.inflight--
+		b.requeueLocked(q, m)
+	default:
+	}
+}
+
+// take pops the oldest message, or returns nil when the queue is empty. The
+// bus mutex must be held.
+func (q *memQueue) take() *message.Message {
+	if q.head == len(q.items) {
+		return nil
+	}
+	m := q.items[q.head]
+	q.items[q.head] = nil
+	q.head++
+	if q.head == len(q.items) {
+		q.items, q.head = q.items[:0], 0
+	} else if q.head >= 1024 && q.head*2 >= len(q.items) {
+		q.items = append(q.items[:0], q.items[q.head:]...)
+		q.head = 0
+	}
+	return m
+}
+
+// requeueLocked puts m back at the head of q, where RabbitMQ puts a rejected
+// message, and hands it to a waiting consumer. The bus mutex must be held.
+func (b *MemoryBus) requeueLocked(q *memQueue, m *message.Message) {
+	if q.head > 0 {
+		q.head--
+		q.items[q.head] = m
+	} else {
+		q.items = slices.Insert(q.items, 0, m)
+	}
+	b.dispatchLocked(q)
+}
+
+// Close closes the bus: publishing fails with [ErrClosed], every
+// subscription's channel is closed, and messages delivered but not yet acked
+// stay in their queue. Close waits for the consumer goroutines to stop. It is
+// idempotent.
+func (b *MemoryBus) Close() error {
+	b.mu.Lock()
+	if !b.closed {
+		b.closed = true
+		close(b.done)
+	}
+	b.mu.Unlock()
+	b.wg.Wait()
+	return nil
+}
+
+// Subscriber returns a message.Subscriber that consumes the queue of the
+// consumer group group, declared with [MemoryBus.DeclareQueue](group,
+// patterns...) on every Subscribe. The topic argument of Subscribe is
+// ignored: a group's subscription receives what its bindings route to its
+// queue.
+//
+// Several Subscribe calls for one group, on one Subscriber or several, are
+// competing consumers: each message goes to one of them. Each subscription
+// delivers one message at a time and waits for its Ack or Nack. A nacked
+// message goes back to the head of the queue and is redelivered, to any
+// consumer of the group, with the same UUID, metadata and payload; an acked
+// one is dropped. Each delivery is a fresh copy whose context derives from
+// the Subscribe context and is cancelled once the message is acked or
+// nacked. When that context is cancelled, or the Subscriber or bus is
+// closed, the subscription's channel is closed and a message delivered but
+// not yet acked is put back in the queue.
+func (b *MemoryBus) Subscriber(group string, patterns ...string) message.Subscriber {
+	return &memSubscriber{
+		bus:      b,
+		group:    group,
+		patterns: slices.Clone(patterns),
+		closing:  make(chan struct{}),
+	}
+}
+
+type memSubscriber struct {
+	bus      *MemoryBus
+	group    string
+	patterns []string
+
+	mu      sync.Mutex
+	closed  bool
+	closing chan struct{}
+	wg      sync.WaitGroup
+}
+
+// Subscribe implements message.Subscriber; topic is ignored.
+func (s *memSubscriber) Subscribe(ctx context.Context, _ string) (<-chan *message.Message, error) {
+	if err := validateGroup(s.group); err != nil {
+		return nil, fmt.Errorf("subscribe: %w", err)
+	}
+	if len(s.patterns) > 0 || !s.bus.declared(s.group) {
+		if err := validatePatterns(s.patterns); err != nil {
+			return nil, fmt.Errorf("subscribe: %w", err)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	b := s.bus
+	b.mu.Lock()
+	var q *memQueue
+	var err error
+	if len(s.patterns) == 0 && b.queues[s.group] != nil {
+		q = b.queues[s.group] // an existing queue, such as the alternate one
+	} else {
+		q, err = b.declareLocked(s.group, s.patterns)
+	}
+	// The consumer takes its place in the queue before Subscribe returns:
+	// it gets its turn at the next message (or the oldest waiting one) even
+	// before its goroutine first runs.
+	slot := make(chan *message.Message, 1)
+	if err == nil {
+		b.wg.Add(1)
+		q.consumers++
+		if m := b.nextLocked(q, slot); m != nil {
+			slot <- m // the queue had messages and no waiters: start on the oldest
+		}
+	}
+	b.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan *message.Message)
+	s.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		defer s.wg.Done()
+		defer close(out)
+		s.consume(ctx, q, slot, out)
+	}()
+	return out, nil
+}
+
+// consume delivers q's messages to out one at a time until ctx is done or
+// the subscriber or bus closes. It starts registered as a waiter on slot.
+func (s *memSubscriber) consume(ctx context.Context, q *memQueue, slot chan *message.Message, out chan<- *message.Message) {
+	b := s.bus
+	defer func() {
+		b.mu.Lock()
+		b.leaveLocked(q, slot)
+		q.consumers--
+		b.mu.Unlock()
+	}()
+	var m *message.Message
+	for {
+		if m == nil {
+			select {
+			case m = <-slot:
+			case <-ctx.Done():
+				return
+			case <-s.closing:
+				return
+			case <-b.done:
+				return
+			}
+		}
+
+		d := copyMessage(m)
+		dctx, cancel := context.WithCancel(ctx)
+		d.SetContext(dctx)
+		acked := false
+		select {
+		case out <- d:
+			select {
+			case <-d.Acked():
+				acked = true
+			case <-d.Nacked():
+			case <-ctx.Done():
+			case <-s.closing:
+			case <-b.done:
+			}
+		case <-ctx.Done():
+		case <-s.closing:
+		case <-b.done:
+		}
+		cancel()
+		if !acked {
+			// An ack that raced with the shutdown still counts.
+			select {
+			case <-d.Acked():
+				acked = true
+			default:
+			}
+		}
+		b.mu.Lock()
+		b.inflight--
+		if !acked {
+			b.requeueLocked(q, m)
+		}
+		m = nil
+		if !s.stopping(ctx) {
+			m = b.nextLocked(q, slot)
+		}
+		b.mu.Unlock()
+		if m == nil && s.stopping(ctx) {
+			return
+		}
+	}
+}
+
+// stopping reports whether the subscription must end: ctx is done or the
+// subscriber or the bus is closed.
+func (s *memSubscriber) stopping(ctx context.Context) bool {
+	select {
+	case <-ctx.Done():
+		return true
+	case <-s.closing:
+		return true
+	case <-s.bus.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Close closes the subscriber's subscriptions and waits for them to stop.
+// Messages delivered but not acked go back to their queue. It is idempotent.
+func (s *memSubscriber) Close() error {
+	s.mu.Lock()
+	if !s.closed {
+		s.closed = true
+		close(s.closing)
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return nil
+}

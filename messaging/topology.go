@@ -1,0 +1,196 @@
+package messaging
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v2/pkg/amqp"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// unroutableSuffix names the alternate exchange and its queue.
+const unroutableSuffix = ".unroutable"
+
+// dialTimeout bounds a dial whose context has no deadline.
+const dialTimeout = 30 * time.Second
+
+// exchangeArgs are the arguments of the main exchange. They must be the same
+// wherever it is declared: RabbitMQ refuses (PRECONDITION_FAILED) to
+// redeclare an exchange with other arguments.
+func exchangeArgs(exchange string) amqp.Table {
+	return amqp.Table{"alternate-exchange": exchange + unroutableSuffix}
+}
+
+// DeclareTopology declares, on the broker at cfg.URL, the durable topic
+// exchange cfg.Exchange with the alternate exchange cfg.Exchange+".unroutable"
+// (a durable fanout exchange), and the durable queue of that name bound to
+// it, where messages that match no binding end up. Declaring is idempotent;
+// it fails if an exchange or queue of the same name exists with other
+// settings. ctx bounds the whole call.
+//
+// It returns an error wrapping [ErrInvalidConfig] for a bad cfg.
+func DeclareTopology(ctx context.Context, cfg *AMQPConfig) error {
+	c, err := cfg.resolve()
+	if err != nil {
+		return err
+	}
+	return c.withChannel(ctx, func(ch *amqp.Channel) error {
+		return declareExchanges(ch, c.Exchange)
+	})
+}
+
+// DeclareQueue declares the topology (see [DeclareTopology]) and the durable
+// queue of the consumer group group, bound to the exchange with each binding
+// pattern ("order.*", "payment.#"). Once it returns, the queue keeps every
+// message routed to it until a consumer acks it. Bindings add up over calls;
+// removing one is left to the operator.
+//
+// It returns an error wrapping [ErrInvalidConfig] for a bad cfg and
+// [ErrInvalidName] for a bad group or pattern.
+func DeclareQueue(ctx context.Context, cfg *AMQPConfig, group string, patterns ...string) error {
+	c, err := cfg.resolve()
+	if err != nil {
+		return err
+	}
+	if err := errors.Join(validateGroup(group), validatePatterns(patterns)); err != nil {
+		return fmt.Errorf("declare queue: %w", err)
+	}
+	return c.withChannel(ctx, func(ch *amqp.Channel) error {
+		if err := declareExchanges(ch, c.Exchange); err != nil {
+			return err
+		}
+		return declareGroupQueue(ch, c.Exchange, group, patterns)
+	})
+}
+
+// dial connects to the broker. ctx bounds the dial and the AMQP handshake.
+func (c *AMQPConfig) dial(ctx context.Context) (*amqp.Connection, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	conn, err := amqp.DialConfig(c.URL, amqp.Config{
+		Heartbeat: 10 * time.Second,
+		Locale:    "en_US",
+		Dial: func(network, addr string) (net.Conn, error) {
+			dctx := ctx
+			if _, ok := ctx.Deadline(); !ok {
+				var cancel context.CancelFunc
+				dctx, cancel = context.WithTimeout(ctx, dialTimeout)
+				defer cancel()
+			}
+			var d net.Dialer
+			nc, err := d.DialContext(dctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			// Bound the AMQP handshake too; amqp091 clears the deadline
+			// once the connection is open.
+			deadline, _ := dctx.Deadline()
+			if err := nc.SetDeadline(deadline); err != nil {
+				_ = nc.Close()
+				return nil, err
+			}
+			return nc, nil
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("messaging: connect to AMQP: %w", err)
+	}
+	return conn, nil
+}
+
+// withChannel dials the broker, runs fn on a channel and closes the
+// connection. Cancelling ctx aborts the dial and closes the connection.
+func (c *AMQPConfig) withChannel(ctx context.Context, fn func(*amqp.Channel) error) (err error) {
+	conn, err := c.dial(ctx)
+	if err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
+	defer func() {
+		stop()
+		if cerr := conn.Close(); cerr != nil && err == nil && !errors.Is(cerr, amqp.ErrClosed) {
+			err = fmt.Errorf("messaging: close AMQP connection: %w", cerr)
+		}
+	}()
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("messaging: open AMQP channel: %w", err)
+	}
+	if err := fn(ch); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w (%w)", err, ctx.Err())
+		}
+		return err
+	}
+	return nil
+}
+
+// declareExchanges declares the alternate exchange with its queue, then the
+// main exchange that names it.
+func declareExchanges(ch *amqp.Channel, exchange string) error {
+	ae := exchange + unroutableSuffix
+	if err := ch.ExchangeDeclare(ae, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("messaging: declare exchange %q: %w", ae, err)
+	}
+	if _, err := ch.QueueDeclare(ae, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("messaging: declare queue %q: %w", ae, err)
+	}
+	if err := ch.QueueBind(ae, "", ae, false, nil); err != nil {
+		return fmt.Errorf("messaging: bind queue %q: %w", ae, err)
+	}
+	return declareMainExchange(ch, exchange)
+}
+
+func declareMainExchange(ch *amqp.Channel, exchange string) error {
+	if err := ch.ExchangeDeclare(exchange, amqp.ExchangeTopic, true, false, false, false, exchangeArgs(exchange)); err != nil {
+		return fmt.Errorf("messaging: declare exchange %q: %w", exchange, err)
+	}
+	return nil
+}
+
+// declareGroupQueue declares the durable queue group and binds it to
+// exchange with each pattern.
+func declareGroupQueue(ch *amqp.Channel, exchange, group string, patterns []string) error {
+	if _, err := ch.QueueDeclare(group, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("messaging: declare queue %q: %w", group, err)
+	}
+	for _, p := range patterns {
+		if err := ch.QueueBind(group, p, exchange, false, nil); err != nil {
+			return fmt.Errorf("messaging: bind queue %q to %q with %q: %w", group, exchange, p, err)
+		}
+	}
+	return nil
+}
+
+// topologyBuilder is the watermill-amqp TopologyBuilder of our publishers
+// and subscribers. It replaces wamqp.DefaultTopologyBuilder, whose
+// BuildTopology binds the queue with the queue name as binding key instead of
+// the topic (ThreeDotsLabs/watermill#305): ours binds the group's queue with
+// each of its patterns and also declares the alternate exchange.
+type topologyBuilder struct {
+	patterns []string
+}
+
+var _ wamqp.TopologyBuilder = topologyBuilder{}
+
+// ExchangeDeclare declares the main exchange, with its arguments.
+func (topologyBuilder) ExchangeDeclare(ch *amqp.Channel, exchange string, _ wamqp.Config) error {
+	return declareMainExchange(ch, exchange)
+}
+
+// BuildTopology declares both exchanges and the queue, and binds it.
+func (b topologyBuilder) BuildTopology(ch *amqp.Channel, queue, exchange string, _ wamqp.Config, l watermill.LoggerAdapter) error {
+	if err := declareExchanges(ch, exchange); err != nil {
+		return err
+	}
+	if err := declareGroupQueue(ch, exchange, queue, b.patterns); err != nil {
+		return err
+	}
+	l.Debug("Queue declared and bound", watermill.LogFields{"amqp_queue_name": queue, "patterns": b.patterns})
+	return nil
+}

@@ -1,0 +1,30 @@
+// Package outbox owns the transactional outbox: the outbox_events table, its
+// migrations, and the [Store] that writes and reads it.
+//
+// An event enters the outbox in the same database transaction as the state
+// change that caused it, so either both are committed or neither is. A
+// projector (package projector) later claims the rows and relays them to the
+// broker. Most code never calls this package directly: a unit of work (package
+// uow) turns the events an aggregate recorded into outbox rows at commit.
+// [Store.Add] is the manual mode, for code that has no aggregate.
+//
+// # Table
+//
+// Each row is a [Message]: a ULID id (also the message id on the wire), the
+// tenant, the topic (the event type and routing key), the aggregate's type, id
+// and version, the schema version, the JSON payload and metadata, and the relay
+// state: status, attempts, available_at, lease and last error. A partial index
+// covers only the rows that still need work, so claiming stays cheap however
+// many sent rows the table holds. On PostgreSQL an insert trigger issues
+// pg_notify on the channel [NotifyChannel] so projectors wake on commit.
+//
+// Create the table with [Migrate], or take the SQL from [Migrations] for your
+// own migration tool.
+//
+// # Limits
+//
+// Payloads must be valid JSON of at most [Config].MaxPayloadBytes (1 MiB by
+// default). Topics, tenants and aggregate fields are validated before anything
+// is written; a bad one gets an error wrapping [ErrInvalidEvent],
+// [ErrPayloadTooLarge] or tenant.ErrInvalid, and nothing is written.
+package outbox

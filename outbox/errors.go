@@ -1,0 +1,58 @@
+package outbox
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/bentoevents/bento/internal/dberr"
+)
+
+var (
+	// ErrInvalidEvent is returned (wrapped in a *ValidationError) for an event
+	// the outbox cannot store: a malformed topic, aggregate type, aggregate id,
+	// id, schema version, dedup key, or a payload or metadata that is not JSON.
+	ErrInvalidEvent = errors.New("outbox: invalid event")
+	// ErrPayloadTooLarge is returned (wrapped in a *ValidationError) for a
+	// payload larger than Config.MaxPayloadBytes.
+	ErrPayloadTooLarge = errors.New("outbox: payload too large")
+	// ErrDuplicateKey is returned when a dedup key is already used by another
+	// event of the same tenant. Nothing is written for that event.
+	ErrDuplicateKey = errors.New("outbox: duplicate dedup key")
+	// ErrClosed is returned when the database handle has been closed.
+	ErrClosed = errors.New("outbox: database is closed")
+)
+
+// ValidationError says which field of which event is invalid. It unwraps to
+// [ErrInvalidEvent], [ErrPayloadTooLarge] or tenant.ErrInvalid.
+type ValidationError struct {
+	// EventID and Topic identify the event, when known.
+	EventID string
+	Topic   string
+	// Field is the invalid field, as its column name ("topic", "payload", ...).
+	Field string
+	// Err is the sentinel (or tenant error) with the reason.
+	Err error
+	// Reason says what is wrong.
+	Reason string
+}
+
+// Error implements error.
+func (e *ValidationError) Error() string {
+	msg := fmt.Sprintf("%v: %s %s", e.Err, e.Field, e.Reason)
+	if e.EventID != "" || e.Topic != "" {
+		msg += fmt.Sprintf(" (event %s, topic %q)", e.EventID, e.Topic)
+	}
+	return msg
+}
+
+// Unwrap returns the sentinel.
+func (e *ValidationError) Unwrap() error { return e.Err }
+
+// wrapDB wraps a database error with op, adding ErrClosed when the handle is
+// closed.
+func wrapDB(op string, err error) error {
+	if dberr.IsClosed(err) {
+		return fmt.Errorf("%s: %w: %w", op, ErrClosed, err)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}

@@ -1,0 +1,126 @@
+package outbox_test
+
+import (
+	"context"
+	"io/fs"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/bentoevents/bento/internal/dialect"
+	"github.com/bentoevents/bento/internal/testenv"
+	"github.com/bentoevents/bento/outbox"
+)
+
+type migrationRow struct {
+	Component string
+	Version   int
+	Name      string
+}
+
+// requireMigrated checks that the outbox table, its indexes and exactly one
+// bento_migrations row (outbox, 1) exist.
+func requireMigrated(t *testing.T, db *gorm.DB) {
+	t.Helper()
+	var rows []migrationRow
+	require.NoError(t, db.Raw("SELECT component, version, name FROM bento_migrations WHERE component = ?", "outbox").
+		Scan(&rows).Error)
+	require.Equal(t, []migrationRow{
+		{Component: "outbox", Version: 1, Name: "outbox_events"},
+		{Component: "outbox", Version: 2, Name: "relay_indexes"},
+	}, rows)
+	m := db.Migrator()
+	require.True(t, m.HasTable(&outbox.Message{}), "outbox_events table")
+	assert.True(t, m.HasIndex(&outbox.Message{}, "outbox_events_ready"), "outbox_events_ready index")
+	assert.True(t, m.HasIndex(&outbox.Message{}, "outbox_events_dedup"), "outbox_events_dedup index")
+}
+
+func TestMigrateIsIdempotent(t *testing.T) {
+	t.Parallel()
+	testenv.ForEachBackend(t, func(t *testing.T, _ testenv.Backend, db *gorm.DB) {
+		ctx := context.Background()
+		require.NoError(t, outbox.Migrate(ctx, db))
+		requireMigrated(t, db)
+
+		// A row written before the second run survives it.
+		st := testenv.NewStamper(epoch)
+		store, err := outbox.NewStore(db, &outbox.Config{Stamper: st})
+		require.NoError(t, err)
+		tx := begin(t, db)
+		_, err = store.Add(ctx, tx, "order.paid", orderPaid{OrderID: "o-1"}, nil)
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit().Error)
+
+		require.NoError(t, outbox.Migrate(ctx, db))
+		requireMigrated(t, db)
+		assert.Equal(t, int64(1), countRows(t, db, ""))
+	})
+}
+
+func TestMigrateConcurrently(t *testing.T) {
+	t.Parallel()
+	testenv.ForEachBackend(t, func(t *testing.T, _ testenv.Backend, db *gorm.DB) {
+		const n = 4
+		ctx := context.Background()
+		errs := make([]error, n)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				<-start
+				errs[i] = outbox.Migrate(ctx, db)
+			})
+		}
+		close(start)
+		wg.Wait()
+		for i, err := range errs {
+			require.NoErrorf(t, err, "Migrate #%d", i)
+		}
+		requireMigrated(t, db)
+	})
+}
+
+func TestMigrateUnsupportedDatabase(t *testing.T) {
+	t.Parallel()
+	err := outbox.Migrate(context.Background(), otherDB())
+	require.ErrorIs(t, err, dialect.ErrUnsupported)
+	err = outbox.Migrate(context.Background(), nil)
+	require.ErrorIs(t, err, dialect.ErrUnsupported)
+}
+
+func TestMigrations(t *testing.T) {
+	t.Parallel()
+	fsys := outbox.Migrations()
+	for _, name := range []string{"postgres/001_outbox_events.sql", "sqlite/001_outbox_events.sql"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b, err := fs.ReadFile(fsys, name)
+			require.NoError(t, err)
+			assert.Contains(t, string(b), "CREATE TABLE IF NOT EXISTS outbox_events")
+			assert.Contains(t, string(b), "outbox_events_ready")
+		})
+	}
+	for _, dir := range []string{"postgres", "sqlite"} {
+		entries, err := fs.ReadDir(fsys, dir)
+		require.NoError(t, err)
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		assert.Equal(t, []string{"001_outbox_events.sql", "002_relay_indexes.sql"}, names, dir)
+	}
+}
+
+// otherDialect is a GORM dialector for a database bento does not support.
+type otherDialect struct{ gorm.Dialector }
+
+func (otherDialect) Name() string { return "mysql" }
+
+// otherDB returns a handle whose dialect is neither postgres nor sqlite. It
+// never reaches a database.
+func otherDB() *gorm.DB {
+	return &gorm.DB{Config: &gorm.Config{Dialector: otherDialect{}}}
+}

@@ -1,0 +1,95 @@
+package outbox
+
+import "github.com/bentoevents/bento/internal/dialect"
+
+// The SQL that matters, in one place. Only constant fragments are joined;
+// every value is a bind parameter.
+
+// readyWhere selects the rows a projector may claim: due (new, failed, or
+// publishing under an expired lease) and first in line for their aggregate —
+// no earlier event of the same aggregate is unsent or dead.
+const readyWhere = `o.status IN ('new', 'publishing', 'failed')
+  AND o.available_at <= @now
+  AND (o.aggregate_id = '' OR NOT EXISTS (
+        SELECT 1 FROM outbox_events p
+        WHERE p.tenant_id = o.tenant_id
+          AND p.aggregate_type = o.aggregate_type
+          AND p.aggregate_id = o.aggregate_id
+          AND p.aggregate_version < o.aggregate_version
+          AND p.status IN ('new', 'publishing', 'failed', 'dead')
+          AND p.aggregate_id <> ''))`
+
+const tenantFilter = `
+  AND o.tenant_id = @tenant`
+
+// claimSet takes the rows under the worker's lease. A row taken over from an
+// expired lease counts as a failed attempt.
+const claimSet = `status = 'publishing',
+    attempts = attempts + CASE WHEN status = 'publishing' THEN 1 ELSE 0 END,
+    last_error = CASE WHEN status = 'publishing'
+                      THEN 'lease of ' || COALESCE(locked_by, 'unknown worker') || ' expired'
+                      ELSE last_error END,
+    locked_by = @worker,
+    locked_until = @until,
+    available_at = @until`
+
+// claimSQL returns the claim statement for d: one statement that selects and
+// leases up to @limit rows. PostgreSQL skips rows other claimers hold;
+// SQLite serialises writers (BEGIN IMMEDIATE), so it needs no row locks.
+func claimSQL(d dialect.Dialect, byTenant bool) string {
+	where := readyWhere
+	if byTenant {
+		where += tenantFilter
+	}
+	if d == dialect.Postgres {
+		return `WITH ready AS (
+  SELECT o.id FROM outbox_events o
+  WHERE ` + where + `
+  ORDER BY o.available_at, o.id
+  LIMIT @limit
+  FOR UPDATE SKIP LOCKED
+)
+UPDATE outbox_events SET ` + claimSet + `
+FROM ready WHERE outbox_events.id = ready.id
+RETURNING outbox_events.*`
+	}
+	return `UPDATE outbox_events SET ` + claimSet + `
+WHERE id IN (
+  SELECT o.id FROM outbox_events o
+  WHERE ` + where + `
+  ORDER BY o.available_at, o.id
+  LIMIT @limit)
+RETURNING *`
+}
+
+// ownedByWorker fences every outcome: only the worker holding the lease may
+// record it, so a projector whose lease was taken over changes nothing.
+const ownedByWorker = `status = 'publishing' AND locked_by = @worker`
+
+const markSentSQL = `UPDATE outbox_events
+SET status = 'sent', published_at = @now, available_at = @now,
+    locked_by = NULL, locked_until = NULL, last_error = NULL
+WHERE id IN @ids AND ` + ownedByWorker
+
+const deleteSentSQL = `DELETE FROM outbox_events WHERE id IN @ids AND ` + ownedByWorker
+
+const markFailedSQL = `UPDATE outbox_events
+SET status = @status, attempts = attempts + 1, available_at = @retry_at,
+    last_error = @error, locked_by = NULL, locked_until = NULL
+WHERE id = @id AND ` + ownedByWorker
+
+const releaseSQL = `UPDATE outbox_events
+SET status = CASE WHEN attempts > 0 THEN 'failed' ELSE 'new' END,
+    available_at = @now, locked_by = NULL, locked_until = NULL
+WHERE id IN @ids AND ` + ownedByWorker
+
+const requeueSet = `status = 'new', attempts = 0, available_at = @now,
+    locked_by = NULL, locked_until = NULL`
+
+// purgeSentSQL deletes one batch of sent rows published before @before.
+const purgeSentSQL = `DELETE FROM outbox_events WHERE id IN (
+  SELECT id FROM outbox_events
+  WHERE status = 'sent' AND published_at < @before`
+
+const purgeSentTail = `
+  ORDER BY published_at LIMIT @limit)`

@@ -1,0 +1,267 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+	"unicode/utf8"
+
+	"gorm.io/gorm"
+)
+
+// ErrInvalidClaim is returned for a claim or outcome with a missing worker,
+// a non-positive limit or lease.
+var ErrInvalidClaim = errors.New("outbox: invalid claim")
+
+// ClaimOpts say what a worker claims.
+type ClaimOpts struct {
+	// Worker identifies the claimer; outcomes are only recorded for the
+	// worker that holds the lease.
+	Worker string
+	// Limit is the most rows claimed.
+	Limit int
+	// Lease is how long the rows stay reserved for Worker. A row whose lease
+	// ran out (its worker crashed or stalled) can be claimed again; the
+	// takeover counts as a failed attempt.
+	Lease time.Duration
+	// Tenant, when set, restricts the claim to one tenant's rows.
+	Tenant string
+}
+
+// Claim leases up to opts.Limit rows that are due — new, failed and due for
+// retry, or publishing under an expired lease — in one short statement, and
+// returns them ordered by id. On PostgreSQL concurrent claimers skip each
+// other's rows (FOR UPDATE SKIP LOCKED); on SQLite writers are serialised.
+//
+// Per-aggregate order: a row is only claimable while no earlier event (lower
+// aggregate_version) of the same aggregate is new, publishing, failed or
+// dead, so at most one event per aggregate is in flight at a time across all
+// workers, and a dead event holds back the later events of its own aggregate
+// (and only those) until it is requeued. Rows without an aggregate are not
+// ordered.
+//
+// Errors: ErrInvalidClaim, ErrClosed, or the database error.
+func (s *Store) Claim(ctx context.Context, opts ClaimOpts) ([]*Message, error) {
+	if opts.Worker == "" || opts.Limit < 1 || opts.Lease <= 0 {
+		return nil, fmt.Errorf("%w: worker %q, limit %d, lease %v", ErrInvalidClaim, opts.Worker, opts.Limit, opts.Lease)
+	}
+	now := s.cfg.Stamper.Now().UTC()
+	args := map[string]any{
+		"now":    now,
+		"until":  now.Add(opts.Lease),
+		"worker": opts.Worker,
+		"limit":  opts.Limit,
+		"tenant": opts.Tenant,
+	}
+	var rows []*Message
+	err := s.db.WithContext(ctx).Raw(claimSQL(s.dialect, opts.Tenant != ""), args).Scan(&rows).Error
+	if err != nil {
+		return nil, wrapDB("outbox: claim", err)
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].ID < rows[j].ID })
+	return rows, nil
+}
+
+// MarkSent records that the broker confirmed the rows with ids, in one
+// statement. It returns how many rows were marked; rows whose lease was
+// taken over by another worker are left alone (the new owner records them).
+func (s *Store) MarkSent(ctx context.Context, worker string, ids []string) (int64, error) {
+	return s.settle(ctx, "mark sent", markSentSQL, worker, ids)
+}
+
+// DeleteSent is MarkSent for projectors configured to delete rows once they
+// are published instead of keeping them as sent.
+func (s *Store) DeleteSent(ctx context.Context, worker string, ids []string) (int64, error) {
+	return s.settle(ctx, "delete sent", deleteSentSQL, worker, ids)
+}
+
+// Release hands back rows claimed by worker that it did not try to publish
+// (for example on shutdown): they become claimable at once, with their
+// attempts unchanged.
+func (s *Store) Release(ctx context.Context, worker string, ids []string) (int64, error) {
+	return s.settle(ctx, "release", releaseSQL, worker, ids)
+}
+
+func (s *Store) settle(ctx context.Context, op, query, worker string, ids []string) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	if worker == "" {
+		return 0, fmt.Errorf("outbox: %s: %w: empty worker", op, ErrInvalidClaim)
+	}
+	res := s.db.WithContext(ctx).Exec(query, map[string]any{
+		"now": s.cfg.Stamper.Now().UTC(), "worker": worker, "ids": ids,
+	})
+	if res.Error != nil {
+		return 0, wrapDB("outbox: "+op, res.Error)
+	}
+	return res.RowsAffected, nil
+}
+
+// Failure is the outcome of a failed publish of one claimed row.
+type Failure struct {
+	// ID is the row.
+	ID string
+	// Err is what went wrong; it is stored truncated to MaxLastErrorLen.
+	Err error
+	// RetryAt is when the row becomes claimable again.
+	RetryAt time.Time
+	// Dead gives up on the row: it ends in status dead with its last error.
+	Dead bool
+}
+
+// MarkFailed records a failed attempt: attempts+1, last_error, and status
+// failed (claimable again at RetryAt) or dead. It reports whether the row
+// was still leased to worker.
+func (s *Store) MarkFailed(ctx context.Context, worker string, f Failure) (bool, error) {
+	if worker == "" || f.ID == "" {
+		return false, fmt.Errorf("outbox: mark failed: %w: worker %q, id %q", ErrInvalidClaim, worker, f.ID)
+	}
+	status := StatusFailed
+	if f.Dead {
+		status = StatusDead
+	}
+	msg := "unknown error"
+	if f.Err != nil {
+		msg = f.Err.Error()
+	}
+	res := s.db.WithContext(ctx).Exec(markFailedSQL, map[string]any{
+		"status": status, "retry_at": f.RetryAt.UTC(), "error": TruncateError(msg),
+		"id": f.ID, "worker": worker,
+	})
+	if res.Error != nil {
+		return false, wrapDB("outbox: mark failed", res.Error)
+	}
+	return res.RowsAffected == 1, nil
+}
+
+// TruncateError cuts msg to at most MaxLastErrorLen characters (whole runes),
+// the size of the last_error column.
+func TruncateError(msg string) string {
+	if utf8.RuneCountInString(msg) <= MaxLastErrorLen {
+		return msg
+	}
+	r := []rune(msg)
+	return string(r[:MaxLastErrorLen-3]) + "..."
+}
+
+// Filter selects rows for the operator calls. Empty fields match anything.
+type Filter struct {
+	// IDs restricts to these event ids.
+	IDs []string
+	// Tenant, Topic, AggregateType and AggregateID match exactly.
+	Tenant        string
+	Topic         string
+	AggregateType string
+	AggregateID   string
+}
+
+func (f Filter) empty() bool {
+	return len(f.IDs) == 0 && f.Tenant == "" && f.Topic == "" && f.AggregateType == "" && f.AggregateID == ""
+}
+
+func (f Filter) apply(q *gorm.DB) *gorm.DB {
+	if len(f.IDs) > 0 {
+		q = q.Where("id IN ?", f.IDs)
+	}
+	if f.Tenant != "" {
+		q = q.Where("tenant_id = ?", f.Tenant)
+	}
+	if f.Topic != "" {
+		q = q.Where("topic = ?", f.Topic)
+	}
+	if f.AggregateType != "" {
+		q = q.Where("aggregate_type = ?", f.AggregateType)
+	}
+	if f.AggregateID != "" {
+		q = q.Where("aggregate_id = ?", f.AggregateID)
+	}
+	return q
+}
+
+// ListDead returns up to limit dead rows matching f, oldest first, with their
+// last error.
+func (s *Store) ListDead(ctx context.Context, f Filter, limit int) ([]Message, error) {
+	if limit < 1 {
+		limit = 100
+	}
+	var rows []Message
+	q := f.apply(s.db.WithContext(ctx).Where("status = ?", StatusDead))
+	if err := q.Order("id").Limit(limit).Find(&rows).Error; err != nil {
+		return nil, wrapDB("outbox: list dead", err)
+	}
+	return rows, nil
+}
+
+// ErrNoFilter is returned by Requeue when the filter is empty and all is
+// false, so a mistake cannot requeue every dead event.
+var ErrNoFilter = errors.New("outbox: filter required (or requeue all explicitly)")
+
+// Requeue moves dead rows matching f back to new with zero attempts, ready
+// at once; their last error is kept until the next attempt. An empty filter
+// requeues nothing unless all is true. It returns how many rows moved.
+func (s *Store) Requeue(ctx context.Context, f Filter, all bool) (int64, error) {
+	if f.empty() && !all {
+		return 0, ErrNoFilter
+	}
+	q := f.apply(s.db.WithContext(ctx).Model(&Message{}).Where("status = ?", StatusDead))
+	res := q.Updates(map[string]any{
+		"status": StatusNew, "attempts": 0, "available_at": s.cfg.Stamper.Now().UTC(),
+		"locked_by": nil, "locked_until": nil,
+	})
+	if res.Error != nil {
+		return 0, wrapDB("outbox: requeue", res.Error)
+	}
+	return res.RowsAffected, nil
+}
+
+// PurgeOpts narrow PurgeSent. A nil *PurgeOpts means all tenants and
+// batches of 1,000.
+type PurgeOpts struct {
+	// Tenant restricts the purge to one tenant.
+	Tenant string
+	// BatchSize is how many rows one DELETE removes; each batch is its own
+	// short statement, so a purge never holds locks the relay needs for
+	// long. Defaults to 1,000.
+	BatchSize int
+}
+
+// PurgeSent deletes sent rows published more than olderThan ago, batch by
+// batch, and returns how many it deleted. It stops early, returning what it
+// deleted so far, when ctx is done.
+func (s *Store) PurgeSent(ctx context.Context, olderThan time.Duration, opts *PurgeOpts) (int64, error) {
+	if olderThan < 0 {
+		return 0, fmt.Errorf("outbox: purge: negative age %v", olderThan)
+	}
+	if opts == nil {
+		opts = &PurgeOpts{}
+	}
+	batch := opts.BatchSize
+	if batch <= 0 {
+		batch = 1000
+	}
+	query := purgeSentSQL
+	if opts.Tenant != "" {
+		query += " AND tenant_id = @tenant"
+	}
+	query += purgeSentTail
+	args := map[string]any{
+		"before": s.cfg.Stamper.Now().UTC().Add(-olderThan), "limit": batch, "tenant": opts.Tenant,
+	}
+	var total int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		res := s.db.WithContext(ctx).Exec(query, args)
+		if res.Error != nil {
+			return total, wrapDB("outbox: purge sent", res.Error)
+		}
+		total += res.RowsAffected
+		if res.RowsAffected < int64(batch) {
+			return total, nil
+		}
+	}
+}

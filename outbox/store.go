@@ -1,0 +1,271 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"github.com/bentoevents/bento/aggregate"
+	"github.com/bentoevents/bento/internal/dialect"
+	"github.com/bentoevents/bento/tenant"
+)
+
+// insertBatchSize is the most rows one INSERT statement carries.
+const insertBatchSize = 500
+
+// DefaultMaxPayloadBytes is the default payload size limit: 1 MiB.
+const DefaultMaxPayloadBytes = 1 << 20
+
+// Config configures a [Store]. The zero value (or nil) means defaults.
+type Config struct {
+	// MaxPayloadBytes is the largest payload accepted, in bytes of JSON.
+	// Defaults to 1 MiB.
+	MaxPayloadBytes int
+	// Stamper provides created_at times and the ids of events added with
+	// [Store.Add]. Defaults to aggregate.SystemStamper.
+	Stamper aggregate.Stamper
+}
+
+func (c *Config) withDefaults() (Config, error) {
+	var out Config
+	if c != nil {
+		out = *c
+	}
+	var errs []error
+	if out.MaxPayloadBytes < 0 {
+		errs = append(errs, fmt.Errorf("MaxPayloadBytes: %d is negative", out.MaxPayloadBytes))
+	}
+	if out.MaxPayloadBytes == 0 {
+		out.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+	if out.Stamper == nil {
+		out.Stamper = aggregate.SystemStamper{}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return out, fmt.Errorf("outbox: invalid config: %w", err)
+	}
+	return out, nil
+}
+
+// Store reads and writes the outbox_events table. It is safe for concurrent
+// use.
+type Store struct {
+	db      *gorm.DB
+	dialect dialect.Dialect
+	cfg     Config
+}
+
+// NewStore returns a store over db (PostgreSQL or SQLite). cfg may be nil.
+func NewStore(db *gorm.DB, cfg *Config) (*Store, error) {
+	d, err := dialect.Of(db)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: %w", err)
+	}
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Store{db: db, dialect: d, cfg: c}, nil
+}
+
+// DB returns the database the store was created with.
+func (s *Store) DB() *gorm.DB { return s.db }
+
+// Config returns the store's configuration with defaults filled in.
+func (s *Store) Config() Config { return s.cfg }
+
+// AddOpts are the optional fields of [Store.Add]. A nil *AddOpts means none.
+type AddOpts struct {
+	// Tenant is the event's tenant. Defaults to the tenant in ctx
+	// (tenant.With), then tenant.Default.
+	Tenant string
+	// DedupKey, when set, must be unique among the tenant's events: a second
+	// Add with the same key returns ErrDuplicateKey and writes nothing.
+	DedupKey string
+	// AggregateType, AggregateID and AggregateVersion describe the aggregate
+	// the event belongs to, if any. Events of one aggregate are relayed in
+	// version order.
+	AggregateType    string
+	AggregateID      string
+	AggregateVersion int64
+	// SchemaVersion is the payload's schema version. Defaults to 1.
+	SchemaVersion int
+	// Metadata is merged over the metadata in ctx (WithMetadata).
+	Metadata Metadata
+	// OccurredAt is when the event happened. Defaults to now.
+	OccurredAt time.Time
+}
+
+// Add is the manual mode: it writes one event with topic and payload into the
+// outbox within tx, the caller's transaction, so the event commits or rolls
+// back with the caller's own changes. payload is encoded as with
+// [EncodePayload]. Add returns the stored row, whose ID is the event id.
+//
+// Errors: a *ValidationError wrapping ErrInvalidEvent, ErrPayloadTooLarge or
+// tenant.ErrInvalid; ErrDuplicateKey; ErrClosed; or the database error.
+// Nothing is written when Add returns an error.
+func (s *Store) Add(ctx context.Context, tx *gorm.DB, topic string, payload any, opts *AddOpts) (*Message, error) {
+	if opts == nil {
+		opts = &AddOpts{}
+	}
+	body, err := EncodePayload(payload)
+	if err != nil {
+		return nil, &ValidationError{Topic: topic, Field: "payload", Reason: "cannot be encoded as JSON", Err: err}
+	}
+	tid, err := tenant.Resolve(ctx, opts.Tenant, "")
+	if err != nil {
+		return nil, &ValidationError{Topic: topic, Field: "tenant_id", Reason: "is invalid", Err: err}
+	}
+	now := s.cfg.Stamper.Now().UTC()
+	m := &Message{
+		ID:               s.cfg.Stamper.NewID(now),
+		TenantID:         tid,
+		Topic:            topic,
+		AggregateType:    opts.AggregateType,
+		AggregateID:      opts.AggregateID,
+		AggregateVersion: opts.AggregateVersion,
+		SchemaVersion:    opts.SchemaVersion,
+		Payload:          body,
+		Metadata:         opts.Metadata,
+		OccurredAt:       opts.OccurredAt,
+	}
+	if opts.DedupKey != "" {
+		k := opts.DedupKey
+		m.DedupKey = &k
+	}
+	if err := s.Insert(ctx, tx, []*Message{m}); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Prepare fills in what is unset in msgs and validates them, without writing:
+// TenantID (tenant in ctx, then tenant.Default), SchemaVersion 1, OccurredAt,
+// CreatedAt and AvailableAt (now), Status new, and the metadata carried by
+// ctx. [Store.Insert] calls it; a unit of work calls it before saving
+// anything, so a bad event stops the commit before the first write.
+//
+// Errors: a *ValidationError, or ErrDuplicateKey for a dedup key used twice in
+// msgs.
+func (s *Store) Prepare(ctx context.Context, msgs []*Message) error {
+	now := s.cfg.Stamper.Now().UTC()
+	ctxMeta := MetadataFrom(ctx)
+	keys := map[[2]string]bool{}
+	for _, m := range msgs {
+		if m.TenantID == "" {
+			tid, err := tenant.Resolve(ctx, "", "")
+			if err != nil {
+				return &ValidationError{EventID: m.ID, Topic: m.Topic, Field: "tenant_id", Reason: "is invalid", Err: err}
+			}
+			m.TenantID = tid
+		}
+		if m.SchemaVersion == 0 {
+			m.SchemaVersion = 1
+		}
+		if m.OccurredAt.IsZero() {
+			m.OccurredAt = now
+		}
+		m.OccurredAt = m.OccurredAt.UTC()
+		m.CreatedAt = now
+		if m.AvailableAt.IsZero() {
+			m.AvailableAt = now
+		}
+		m.AvailableAt = m.AvailableAt.UTC()
+		if m.Status == "" {
+			m.Status = StatusNew
+		}
+		if len(ctxMeta) > 0 {
+			md := Metadata{}
+			for k, v := range ctxMeta {
+				md[k] = v
+			}
+			for k, v := range m.Metadata {
+				md[k] = v
+			}
+			m.Metadata = md
+		}
+		if err := s.validate(m); err != nil {
+			return err
+		}
+		if m.DedupKey != nil {
+			k := [2]string{m.TenantID, *m.DedupKey}
+			if keys[k] {
+				return fmt.Errorf("%w: key %q used twice in one batch (tenant %s)", ErrDuplicateKey, *m.DedupKey, m.TenantID)
+			}
+			keys[k] = true
+		}
+	}
+	for _, m := range msgs {
+		m.prepared = true
+	}
+	return nil
+}
+
+func allPrepared(msgs []*Message) bool {
+	for _, m := range msgs {
+		if !m.prepared {
+			return false
+		}
+	}
+	return true
+}
+
+// Insert prepares msgs (see [Store.Prepare]; skipped for messages Prepare
+// already accepted) and writes them within tx, the caller's transaction, in
+// one statement per 500 rows. Every message is validated before anything is
+// written.
+//
+// Errors are those of [Store.Add]. When Insert returns ErrDuplicateKey other
+// messages of the batch may have been written: roll tx back.
+func (s *Store) Insert(ctx context.Context, tx *gorm.DB, msgs []*Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	if tx == nil {
+		return errors.New("outbox: insert: nil transaction")
+	}
+	if !allPrepared(msgs) {
+		if err := s.Prepare(ctx, msgs); err != nil {
+			return err
+		}
+	}
+	hasDedup := false
+	for _, m := range msgs {
+		if m.DedupKey != nil {
+			hasDedup = true
+		}
+	}
+	// Batches keep each statement under the bind-parameter limits
+	// (65,535 on PostgreSQL, 32,766 on SQLite) however many events a unit
+	// writes.
+	q := tx.WithContext(ctx).Session(&gorm.Session{CreateBatchSize: insertBatchSize})
+	if hasDedup {
+		q = q.Clauses(clause.OnConflict{
+			Columns:     []clause.Column{{Name: "tenant_id"}, {Name: "dedup_key"}},
+			TargetWhere: clause.Where{Exprs: []clause.Expression{clause.Expr{SQL: "dedup_key IS NOT NULL"}}},
+			DoNothing:   true,
+		})
+	}
+	res := q.Create(msgs)
+	if res.Error != nil {
+		return wrapDB("outbox: insert", res.Error)
+	}
+	if res.RowsAffected != int64(len(msgs)) {
+		return fmt.Errorf("%w: %d of %d events not written because their dedup key is taken",
+			ErrDuplicateKey, int64(len(msgs))-res.RowsAffected, len(msgs))
+	}
+	return nil
+}
+
+// Get returns the row with id, or gorm.ErrRecordNotFound (wrapped).
+func (s *Store) Get(ctx context.Context, id string) (*Message, error) {
+	var m Message
+	if err := s.db.WithContext(ctx).Where("id = ?", id).Take(&m).Error; err != nil {
+		return nil, wrapDB("outbox: get", err)
+	}
+	return &m, nil
+}

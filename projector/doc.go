@@ -1,0 +1,49 @@
+// Package projector relays the transactional outbox to a message bus.
+//
+// An [OutboxProjector] claims a batch of due outbox rows in a short
+// transaction (FOR UPDATE SKIP LOCKED on PostgreSQL) under a lease, publishes
+// them outside any transaction through a Watermill message.Publisher
+// (RabbitMQ via package messaging, the in-memory bus, or any publisher you
+// bring: Kafka, NATS, ...), and records the outcome: the batch is marked sent
+// in one statement (or deleted), a failed event is retried with jittered
+// exponential backoff, and an event that keeps failing ends dead with its last
+// error kept, without holding up the others.
+//
+// # Guarantees
+//
+// At least once: an event is marked sent only after the publisher returned
+// without error (for RabbitMQ, after the broker's confirm). A projector killed
+// between publish and mark leaves its rows leased; once the lease ends,
+// another projector claims them and publishes again, so consumers must be
+// idempotent (package inbox). An outage of the broker turns into failed
+// attempts and backoff, never into loss.
+//
+// Per-aggregate order: a row is only claimed while no earlier event of the
+// same aggregate is unsent, so across any number of projectors the first
+// delivery of an aggregate's events follows their versions. A dead event
+// holds back the later events of its own aggregate, and only those, until it
+// is requeued (outbox.Store.Requeue). Retries and lease takeovers can add
+// duplicates after later events; first deliveries stay in order.
+//
+// # Wake-up
+//
+// On PostgreSQL the projector LISTENs on outbox.NotifyChannel, which the
+// outbox insert trigger notifies on commit, so a committed event is published
+// within milliseconds; polling every IdleSleep is the fallback, and the
+// listening connection is re-established when it drops. [OutboxProjector.Wake]
+// wakes it from the same process (wire it to uow.Config.AfterCommit on
+// SQLite). The listener holds one connection of the *gorm.DB pool.
+//
+// # Operating it
+//
+// [OutboxProjector.Run] blocks until its context ends, then waits for the
+// publishes in flight (up to PublishTimeout), records their outcome, releases
+// the rows it did not try, and returns. [OutboxProjector.Drain] relays
+// everything due and returns, for tests, scripts and benchmarks. Run several
+// projectors for throughput and availability; they share the work.
+//
+// Metrics (when Config.Registerer is set): bento_outbox_published_total,
+// bento_outbox_failed_total and bento_outbox_dead_total by topic,
+// bento_outbox_publish_latency_seconds (occurred_at to confirm),
+// bento_outbox_backlog by status and bento_outbox_oldest_pending_age_seconds.
+package projector

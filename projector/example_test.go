@@ -1,0 +1,76 @@
+package projector_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/glebarez/sqlite"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/bentoevents/bento/messaging"
+	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/projector"
+	"github.com/bentoevents/bento/uow"
+)
+
+func ExampleOutboxProjector() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "bento-projector")
+	defer os.RemoveAll(dir)
+	db, err := gorm.Open(sqlite.Open(filepath.Join(dir, "app.db")), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := outbox.Migrate(ctx, db); err != nil {
+		log.Fatal(err)
+	}
+	_ = db.AutoMigrate(&Counter{})
+	store, _ := outbox.NewStore(db, nil)
+	units, _ := uow.New(db, &uow.Config{Outbox: store})
+
+	// The bus: in memory here, messaging.NewAMQPPublisher for RabbitMQ, or
+	// any Watermill publisher. Declare consumer queues before relaying.
+	bus := messaging.NewMemoryBus()
+	defer bus.Close()
+	_ = bus.DeclareQueue("audit", "counter.#")
+
+	// Commit two events.
+	c := &Counter{}
+	c.ID = "counter-1"
+	c.Tick()
+	c.Tick()
+	if err := units.Run(ctx, func(ctx context.Context, u *uow.UnitOfWork) error { return u.Add(c) }); err != nil {
+		log.Fatal(err)
+	}
+
+	cfg := projector.DefaultConfig()
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	p, err := projector.New(store, bus, cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Drain relays what is due and returns; in a service, run p.Run(ctx).
+	res, err := p.Drain(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("published:", res.Published)
+
+	msgs, _ := bus.Subscriber("audit", "counter.#").Subscribe(ctx, "counter.#")
+	for i := 0; i < 2; i++ {
+		m := <-msgs
+		env, _ := messaging.Decode(m)
+		fmt.Println(env.EventType, env.AggregateID, env.AggregateVersion)
+		m.Ack()
+	}
+	// Output:
+	// published: 2
+	// counter.ticked counter-1 1
+	// counter.ticked counter-1 2
+}

@@ -1,0 +1,122 @@
+package projector
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bentoevents/bento/outbox"
+)
+
+// metrics are the projector's Prometheus instruments; a nil *metrics
+// records nothing.
+type metrics struct {
+	published *prometheus.CounterVec
+	failed    *prometheus.CounterVec
+	dead      *prometheus.CounterVec
+	latency   prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer, store *outbox.Store, tenantID string) (*metrics, error) {
+	if reg == nil {
+		return nil, nil
+	}
+	m := &metrics{
+		published: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bento_outbox_published_total", Help: "Events the broker confirmed, by topic.",
+		}, []string{"topic"}),
+		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bento_outbox_failed_total", Help: "Failed publish attempts, by topic.",
+		}, []string{"topic"}),
+		dead: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bento_outbox_dead_total", Help: "Events that went dead after their last attempt, by topic.",
+		}, []string{"topic"}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "bento_outbox_publish_latency_seconds",
+			Help:    "Time from an event's occurred_at to the broker's confirm.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+		}),
+	}
+	var err error
+	if m.published, err = register(reg, m.published); err != nil {
+		return nil, err
+	}
+	if m.failed, err = register(reg, m.failed); err != nil {
+		return nil, err
+	}
+	if m.dead, err = register(reg, m.dead); err != nil {
+		return nil, err
+	}
+	if m.latency, err = register(reg, m.latency); err != nil {
+		return nil, err
+	}
+	if _, err = register[prometheus.Collector](reg, &backlogCollector{store: store, tenant: tenantID}); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// register registers c, or returns the collector already registered under
+// its descriptors (several projectors in one process share metrics).
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	err := reg.Register(c)
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing, nil
+		}
+	}
+	return c, err
+}
+
+func (m *metrics) sent(topic string, occurredAt time.Time, now time.Time) {
+	if m == nil {
+		return
+	}
+	m.published.WithLabelValues(topic).Inc()
+	m.latency.Observe(now.Sub(occurredAt).Seconds())
+}
+
+func (m *metrics) failure(topic string, dead bool) {
+	if m == nil {
+		return
+	}
+	m.failed.WithLabelValues(topic).Inc()
+	if dead {
+		m.dead.WithLabelValues(topic).Inc()
+	}
+}
+
+var (
+	backlogDesc = prometheus.NewDesc("bento_outbox_backlog",
+		"Outbox rows by status (read from the table at scrape time).", []string{"status"}, nil)
+	oldestDesc = prometheus.NewDesc("bento_outbox_oldest_pending_age_seconds",
+		"Age of the oldest row not yet relayed (new, publishing or failed).", nil, nil)
+)
+
+// backlogCollector reads the outbox's status counts when scraped.
+type backlogCollector struct {
+	store  *outbox.Store
+	tenant string
+}
+
+func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- backlogDesc
+	ch <- oldestDesc
+}
+
+func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := c.store.Stats(ctx, &outbox.StatsOpts{Tenant: c.tenant})
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(backlogDesc, err)
+		return
+	}
+	for _, s := range outbox.Statuses {
+		ch <- prometheus.MustNewConstMetric(backlogDesc, prometheus.GaugeValue, float64(st.Counts[s]), string(s))
+	}
+	ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, st.OldestPendingAge.Seconds())
+}

@@ -1,0 +1,411 @@
+package projector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/bentoevents/bento/internal/dialect"
+	"github.com/bentoevents/bento/messaging"
+	"github.com/bentoevents/bento/outbox"
+)
+
+var (
+	// ErrInvalidConfig is returned by New for a bad configuration; the
+	// message names every bad field.
+	ErrInvalidConfig = errors.New("projector: invalid config")
+	// ErrPublishTimeout is recorded for a publish that did not return
+	// within Config.PublishTimeout.
+	ErrPublishTimeout = errors.New("projector: publish timed out")
+)
+
+// OutboxProjector relays outbox rows to a message bus. Create it with New;
+// it is safe for concurrent use, and several may run against one database.
+type OutboxProjector struct {
+	store   *outbox.Store
+	pub     message.Publisher
+	cfg     Config
+	log     *slog.Logger
+	metrics *metrics
+	notify  bool
+
+	sem  chan struct{} // publishes in flight
+	wake chan struct{}
+
+	runMu   sync.Mutex
+	running bool
+}
+
+// New returns a projector that relays the rows of store through pub. cfg
+// may be nil for DefaultConfig().
+//
+// Errors: ErrInvalidConfig (naming each bad field), or an error registering
+// metrics.
+func New(store *outbox.Store, pub message.Publisher, cfg *Config) (*OutboxProjector, error) {
+	c, err := cfg.validate()
+	var errs []error
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if store == nil {
+		errs = append(errs, fmt.Errorf("%w: nil outbox store", ErrInvalidConfig))
+	}
+	if pub == nil {
+		errs = append(errs, fmt.Errorf("%w: nil publisher", ErrInvalidConfig))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(c.Registerer, store, c.Tenant)
+	if err != nil {
+		return nil, fmt.Errorf("projector: metrics: %w", err)
+	}
+	d, _ := dialect.Of(store.DB())
+	return &OutboxProjector{
+		store:   store,
+		pub:     pub,
+		cfg:     c,
+		log:     c.Logger.With("component", "bento.projector", "worker", c.WorkerID),
+		metrics: m,
+		notify:  d == dialect.Postgres && !c.DisableNotify,
+		sem:     make(chan struct{}, c.Concurrency),
+		wake:    make(chan struct{}, 1),
+	}, nil
+}
+
+// WorkerID returns the id the projector leases rows under.
+func (p *OutboxProjector) WorkerID() string { return p.cfg.WorkerID }
+
+// Config returns the configuration with defaults filled in.
+func (p *OutboxProjector) Config() Config { return p.cfg }
+
+// Wake makes a running projector claim at once instead of finishing its
+// sleep. It never blocks.
+func (p *OutboxProjector) Wake() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Result counts what a Drain (or one batch) did.
+type Result struct {
+	// Claimed rows, Published (confirmed) ones, Failed attempts (including
+	// the ones that went Dead), and Released rows that were not tried.
+	Claimed, Published, Failed, Dead, Released int
+}
+
+func (r *Result) add(o Result) {
+	r.Claimed += o.Claimed
+	r.Published += o.Published
+	r.Failed += o.Failed
+	r.Dead += o.Dead
+	r.Released += o.Released
+}
+
+// Drain relays everything that is due and returns once a claim comes back
+// empty: rows waiting for a retry later are left for later. It is meant for
+// tests, scripts and benchmarks; Run is the long-running form.
+func (p *OutboxProjector) Drain(ctx context.Context) (Result, error) {
+	var total Result
+	for {
+		r, err := p.batch(ctx)
+		total.add(r)
+		if err != nil {
+			return total, err
+		}
+		if r.Claimed == 0 {
+			return total, nil
+		}
+	}
+}
+
+// ErrRunning is returned by Run when the projector is already running.
+var ErrRunning = errors.New("projector: already running")
+
+// Run relays the outbox until ctx is done: it claims a batch, publishes it,
+// records the outcome, and sleeps BusySleep after a partial batch or
+// IdleSleep when nothing was due (a notification or Wake ends the sleep). On
+// PostgreSQL it listens for commits. When ctx ends, Run waits for the
+// publishes in flight, records them, releases what it did not try, and
+// returns nil. Database errors are logged and retried with backoff; they do
+// not stop Run.
+func (p *OutboxProjector) Run(ctx context.Context) error {
+	p.runMu.Lock()
+	if p.running {
+		p.runMu.Unlock()
+		return ErrRunning
+	}
+	p.running = true
+	p.runMu.Unlock()
+	defer func() {
+		p.runMu.Lock()
+		p.running = false
+		p.runMu.Unlock()
+	}()
+
+	var wg sync.WaitGroup
+	if p.notify {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.listen(ctx)
+		}()
+	}
+	defer wg.Wait()
+
+	p.log.Info("projector started", "batch", p.cfg.BatchSize, "concurrency", p.cfg.Concurrency,
+		"tenant", p.cfg.Tenant, "notify", p.notify)
+	errDelay := p.cfg.BusySleep
+	for ctx.Err() == nil {
+		r, err := p.batch(ctx)
+		var sleep time.Duration
+		switch {
+		case err != nil && ctx.Err() == nil:
+			p.log.Error("relay batch failed", "err", err)
+			errDelay = min(max(2*errDelay, 50*time.Millisecond), p.cfg.IdleSleep)
+			sleep = errDelay
+		case r.Claimed == p.cfg.BatchSize:
+			errDelay = p.cfg.BusySleep
+			continue
+		case r.Claimed > 0:
+			errDelay = p.cfg.BusySleep
+			sleep = p.cfg.BusySleep
+		default:
+			sleep = p.cfg.IdleSleep
+		}
+		p.sleep(ctx, sleep, p.wake)
+	}
+	p.log.Info("projector stopped")
+	return nil
+}
+
+// sleep waits for d, ctx, or a signal on wake (nil: none).
+func (p *OutboxProjector) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-wake:
+	case <-t.C:
+	}
+}
+
+// settleTimeout bounds the database calls that record outcomes, which run
+// even after the projector's context ended.
+const settleTimeout = 10 * time.Second
+
+// batch claims, publishes and settles one batch.
+func (p *OutboxProjector) batch(ctx context.Context) (Result, error) {
+	var r Result
+	rows, err := p.store.Claim(ctx, outbox.ClaimOpts{
+		Worker: p.cfg.WorkerID, Limit: p.cfg.BatchSize, Lease: p.cfg.Lease, Tenant: p.cfg.Tenant,
+	})
+	if err != nil {
+		return r, err
+	}
+	r.Claimed = len(rows)
+	if len(rows) == 0 {
+		return r, nil
+	}
+	outcomes := p.publish(ctx, rows)
+
+	// Record outcomes even if ctx ended meanwhile: the publishes happened.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	var sent, untried []string
+	now := p.now()
+	for i, row := range rows {
+		switch err := outcomes[i]; {
+		case err == nil:
+			sent = append(sent, row.ID)
+			p.metrics.sent(row.Topic, row.OccurredAt, now)
+		case errors.Is(err, errNotTried):
+			untried = append(untried, row.ID)
+		default:
+			dead, ferr := p.fail(sctx, row, err)
+			if ferr != nil {
+				return r, ferr
+			}
+			r.Failed++
+			if dead {
+				r.Dead++
+			}
+		}
+	}
+	if len(sent) > 0 {
+		settle := p.store.MarkSent
+		if p.cfg.DeleteOnSuccess {
+			settle = p.store.DeleteSent
+		}
+		n, err := settle(sctx, p.cfg.WorkerID, sent)
+		if err != nil {
+			return r, fmt.Errorf("projector: record %d sent events: %w", len(sent), err)
+		}
+		r.Published = len(sent)
+		if int(n) != len(sent) {
+			p.log.Warn("lease lost before marking sent; another projector owns the rows",
+				"published", len(sent), "marked", n)
+		}
+	}
+	if len(untried) > 0 {
+		if _, err := p.store.Release(sctx, p.cfg.WorkerID, untried); err != nil {
+			return r, fmt.Errorf("projector: release %d untried events: %w", len(untried), err)
+		}
+		r.Released = len(untried)
+	}
+	return r, nil
+}
+
+var errNotTried = errors.New("not tried")
+
+// BatchPublisher is implemented by publishers that can publish a batch of
+// messages of any topics without a broker round trip per message, reporting
+// each message's outcome (such as messaging.ConfirmPublisher). The projector
+// hands such a publisher each claimed batch in one call; other publishers
+// get concurrent Publish calls, at most Concurrency at a time.
+type BatchPublisher interface {
+	PublishBatch(ctx context.Context, batch []messaging.Outgoing) []error
+}
+
+// publishBatch publishes rows through a BatchPublisher in one call, bounded
+// by PublishTimeout. The call finishes even when ctx ends meanwhile, so the
+// outcomes it reports are of publishes that really happened.
+func (p *OutboxProjector) publishBatch(ctx context.Context, bp BatchPublisher, rows []*outbox.Message) []error {
+	outcomes := make([]error, len(rows))
+	batch := make([]messaging.Outgoing, 0, len(rows))
+	index := make([]int, 0, len(rows))
+	for i, row := range rows {
+		msg, err := messaging.NewMessage(row)
+		if err != nil {
+			outcomes[i] = err
+			continue
+		}
+		batch = append(batch, messaging.Outgoing{Topic: row.Topic, Message: msg})
+		index = append(index, i)
+	}
+	if ctx.Err() != nil {
+		for _, i := range index {
+			outcomes[i] = errNotTried
+		}
+		return outcomes
+	}
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.PublishTimeout)
+	defer cancel()
+	errs := bp.PublishBatch(pctx, batch)
+	for j, i := range index {
+		if j < len(errs) {
+			outcomes[i] = errs[j]
+		} else {
+			outcomes[i] = fmt.Errorf("projector: publisher reported %d outcomes for %d messages", len(errs), len(batch))
+		}
+	}
+	return outcomes
+}
+
+// publish sends every row, at most Concurrency at a time, and returns each
+// row's outcome: nil, an error, ErrPublishTimeout, or errNotTried for rows
+// it did not start because ctx ended or the deadline passed first.
+func (p *OutboxProjector) publish(ctx context.Context, rows []*outbox.Message) []error {
+	if bp, ok := p.pub.(BatchPublisher); ok {
+		return p.publishBatch(ctx, bp, rows)
+	}
+	outcomes := make([]error, len(rows))
+	type done struct {
+		i   int
+		err error
+	}
+	results := make(chan done, len(rows))
+	deadline := time.NewTimer(p.cfg.PublishTimeout)
+	defer deadline.Stop()
+	started := 0
+	pending := map[int]bool{}
+start:
+	for i, row := range rows {
+		msg, err := messaging.NewMessage(row)
+		if err != nil {
+			outcomes[i] = err
+			continue
+		}
+		select {
+		case p.sem <- struct{}{}:
+		case <-ctx.Done():
+			for j := i; j < len(rows); j++ {
+				if outcomes[j] == nil {
+					outcomes[j] = errNotTried
+				}
+			}
+			break start
+		case <-deadline.C:
+			for j := i; j < len(rows); j++ {
+				if outcomes[j] == nil {
+					outcomes[j] = errNotTried
+				}
+			}
+			deadline.Reset(0)
+			break start
+		}
+		started++
+		pending[i] = true
+		go func(i int, topic string, msg *message.Message) {
+			defer func() { <-p.sem }()
+			err := p.pub.Publish(topic, msg)
+			results <- done{i, err}
+		}(i, row.Topic, msg)
+	}
+	for len(pending) > 0 {
+		select {
+		case d := <-results:
+			outcomes[d.i] = d.err
+			delete(pending, d.i)
+		case <-deadline.C:
+			for i := range pending {
+				outcomes[i] = fmt.Errorf("%w after %v", ErrPublishTimeout, p.cfg.PublishTimeout)
+			}
+			return outcomes
+		}
+	}
+	return outcomes
+}
+
+// fail records a failed attempt and reports whether the row went dead.
+func (p *OutboxProjector) fail(ctx context.Context, row *outbox.Message, cause error) (bool, error) {
+	attempts := row.Attempts + 1
+	dead := attempts >= p.cfg.MaxAttempts
+	retryAt := p.now().Add(p.backoff(attempts))
+	if _, err := p.store.MarkFailed(ctx, p.cfg.WorkerID, outbox.Failure{
+		ID: row.ID, Err: cause, RetryAt: retryAt, Dead: dead,
+	}); err != nil {
+		return false, fmt.Errorf("projector: record failure of %s: %w", row.ID, err)
+	}
+	p.metrics.failure(row.Topic, dead)
+	attrs := []any{"event_id", row.ID, "topic", row.Topic, "tenant", row.TenantID,
+		"aggregate_id", row.AggregateID, "attempts", attempts, "err", cause}
+	if dead {
+		p.log.Error("event is dead after its last attempt", attrs...)
+	} else {
+		p.log.Warn("publish failed; will retry", append(attrs, "retry_at", retryAt)...)
+	}
+	return dead, nil
+}
+
+// now reads the store's clock, the one claims compare available_at with.
+func (p *OutboxProjector) now() time.Time { return p.store.Config().Stamper.Now() }
+
+// backoff returns the delay before attempt+1: BackoffFloor doubled per
+// attempt, capped at BackoffCeiling, jittered to [d/2, d].
+func (p *OutboxProjector) backoff(attempts int) time.Duration {
+	d := p.cfg.BackoffFloor
+	for i := 1; i < attempts && d < p.cfg.BackoffCeiling; i++ {
+		d *= 2
+	}
+	d = min(d, p.cfg.BackoffCeiling)
+	half := d / 2
+	return half + time.Duration(rand.Int64N(int64(d-half)+1))
+}

@@ -1,0 +1,211 @@
+package projector_test
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/bentoevents/bento/internal/testenv"
+	"github.com/bentoevents/bento/messaging"
+	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/projector"
+	"github.com/bentoevents/bento/uow"
+)
+
+// runProjector runs p until the test ends.
+func runProjector(t *testing.T, p *projector.OutboxProjector) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+}
+
+// listenerPID returns the backend pid of p's LISTEN connection, or 0.
+func listenerPID(t *testing.T, db *gorm.DB, p *projector.OutboxProjector) int {
+	t.Helper()
+	var pid int
+	require.NoError(t, db.Raw(`SELECT coalesce(max(pid), 0) FROM pg_stat_activity
+		WHERE application_name = ? AND query ILIKE 'listen%'`, p.ApplicationName()).Scan(&pid).Error)
+	return pid
+}
+
+// latencies commits one event at a time and measures commit-to-publish.
+func latencies(t *testing.T, e *env, rec *recorder, n int) []time.Duration {
+	t.Helper()
+	var out []time.Duration
+	for i := 0; i < n; i++ {
+		ids := e.commit(t, []string{"lat-" + time.Now().Format("150405.000000")}, 1)
+		start := time.Now()
+		select {
+		case id := <-rec.notify:
+			require.Equal(t, ids[0], id)
+			out = append(out, time.Since(start))
+		case <-time.After(10 * time.Second):
+			t.Fatalf("event %d not published within 10s", i)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// TestNotifyWakesProjector: with a 5 s idle poll, a committed event is
+// published within 100 ms because the commit's NOTIFY wakes the projector.
+func TestNotifyWakesProjector(t *testing.T) {
+	t.Parallel()
+	db, _ := testenv.Postgres(t)
+	e := setup(t, db)
+	rec := &recorder{notify: make(chan string, 16)}
+	cfg := fastConfig()
+	cfg.IdleSleep = 5 * time.Second
+	p, err := projector.New(e.store, rec, cfg)
+	require.NoError(t, err)
+	runProjector(t, p)
+	waitFor(t, 10*time.Second, "the projector to listen", func() bool { return listenerPID(t, db, p) != 0 })
+
+	lat := latencies(t, e, rec, 7)
+	t.Logf("commit -> publish latencies: %v", lat)
+	assert.Less(t, lat[len(lat)/2], 100*time.Millisecond, "median")
+	assert.Less(t, lat[len(lat)-1], time.Second, "worst case far below the 5 s poll")
+
+	// The listening connection drops: the projector reconnects and the
+	// next commit still wakes it long before the poll.
+	old := listenerPID(t, db, p)
+	require.NoError(t, db.Exec("SELECT pg_terminate_backend(?)", old).Error)
+	waitFor(t, 10*time.Second, "a new listening connection", func() bool {
+		pid := listenerPID(t, db, p)
+		return pid != 0 && pid != old
+	})
+	lat = latencies(t, e, rec, 3)
+	t.Logf("after reconnect: %v", lat)
+	assert.Less(t, lat[len(lat)-1], time.Second)
+}
+
+// TestAfterCommitWakesProjector is the SQLite (and any database) wake-up:
+// the unit of work's AfterCommit hook wakes an in-process projector.
+func TestAfterCommitWakesProjector(t *testing.T) {
+	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend, db *gorm.DB) {
+		e := setup(t, db)
+		rec := &recorder{notify: make(chan string, 16)}
+		cfg := fastConfig()
+		cfg.IdleSleep = 5 * time.Second
+		cfg.DisableNotify = true
+		p, err := projector.New(e.store, rec, cfg)
+		require.NoError(t, err)
+		e.units, err = uow.New(db, &uow.Config{Outbox: e.store, AfterCommit: func(int) { p.Wake() }})
+		require.NoError(t, err)
+		runProjector(t, p)
+
+		lat := latencies(t, e, rec, 5)
+		t.Logf("commit -> publish latencies: %v", lat)
+		assert.Less(t, lat[len(lat)/2], 100*time.Millisecond, "median")
+		assert.Less(t, lat[len(lat)-1], time.Second)
+	})
+}
+
+// TestMemoryBusEndToEnd relays through the in-memory bus to a consumer
+// group: the embedded default path.
+func TestMemoryBusEndToEnd(t *testing.T) {
+	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend, db *gorm.DB) {
+		e := setup(t, db)
+		bus := messaging.NewMemoryBus()
+		defer bus.Close()
+		require.NoError(t, bus.DeclareQueue("billing", "counter.*"))
+		events := e.commit(t, counterIDs(4), 3)
+
+		// Nothing is bound for this topic: the relay must not count it.
+		tx := db.Begin()
+		orphan, err := e.store.Add(context.Background(), tx, "invoice.sent", map[string]int{"n": 1}, nil)
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit().Error)
+
+		cfg := fastConfig()
+		cfg.BackoffFloor, cfg.BackoffCeiling = time.Hour, time.Hour // one try within this Drain
+		p, err := projector.New(e.store, bus, cfg)
+		require.NoError(t, err)
+		res, err := p.Drain(context.Background())
+		require.NoError(t, err)
+		assert.Equal(t, 12, res.Published)
+		assert.Equal(t, 1, res.Failed, "the unroutable event failed instead of vanishing")
+		got, err := e.store.Get(context.Background(), orphan.ID)
+		require.NoError(t, err)
+		assert.Equal(t, outbox.StatusFailed, got.Status)
+
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		msgs, err := bus.Subscriber("billing", "counter.*").Subscribe(ctx, "counter.*")
+		require.NoError(t, err)
+		seen := map[string]int{}
+		for len(seen) < len(events) {
+			select {
+			case m := <-msgs:
+				env, err := messaging.Decode(m)
+				require.NoError(t, err)
+				seen[env.ID]++
+				m.Ack()
+			case <-time.After(5 * time.Second):
+				t.Fatalf("only %d of %d events consumed", len(seen), len(events))
+			}
+		}
+		for _, id := range events {
+			assert.Equal(t, 1, seen[id])
+		}
+	})
+}
+
+// blocker is a publisher whose publishes wait for release.
+type blocker struct {
+	started chan string
+	release chan struct{}
+	once    sync.Once
+}
+
+func (b *blocker) Publish(topic string, msgs ...*message.Message) error {
+	b.started <- msgs[0].UUID
+	<-b.release
+	return nil
+}
+
+func (b *blocker) Close() error { return nil }
+
+// TestShutdownSettlesInFlightAndReleasesTheRest stops Run while a publish is
+// in flight: Run waits for it, marks it sent, and hands the rows it never
+// tried back at once.
+func TestShutdownSettlesInFlightAndReleasesTheRest(t *testing.T) {
+	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend, db *gorm.DB) {
+		e := setup(t, db)
+		e.commit(t, counterIDs(10), 1)
+		pub := &blocker{started: make(chan string, 10), release: make(chan struct{})}
+		cfg := fastConfig()
+		cfg.Concurrency = 1
+		p, err := projector.New(e.store, pub, cfg)
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- p.Run(ctx) }()
+
+		first := <-pub.started
+		cancel()
+		select {
+		case <-done:
+			t.Fatal("Run returned with a publish in flight")
+		case <-time.After(50 * time.Millisecond):
+		}
+		close(pub.release)
+		require.NoError(t, <-done)
+
+		assert.Equal(t, int64(1), e.count(t, "status = 'sent' AND id = ?", first))
+		assert.Equal(t, int64(9), e.count(t, "status = 'new' AND locked_by IS NULL AND attempts = 0"),
+			"untried rows are released, not left leased")
+	})
+}

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Start the local PostgreSQL, RabbitMQ and Redis that bento's tests use, if
+# they are down, and wait until they accept connections. Does nothing for a
+# service whose test address (BENTO_TEST_POSTGRES_DSN / BENTO_TEST_AMQP_URL /
+# BENTO_TEST_REDIS_ADDR) is set. Redis serves examples/redisbus.
+set -euo pipefail
+
+log() { echo "services: $*" >&2; }
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+wait_for() { # name port seconds
+	local i
+	for ((i = 0; i < $3; i++)); do
+		if port_open "$2"; then return 0; fi
+		sleep 1
+	done
+	log "$1 did not open 127.0.0.1:$2 within $3s"
+	return 1
+}
+
+if [[ -z "${BENTO_TEST_POSTGRES_DSN:-}" ]]; then
+	if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
+		log "starting PostgreSQL"
+		pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start
+	fi
+	wait_for PostgreSQL 5432 60
+	for ((i = 0; i < 60; i++)); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
+	if ! psql -h 127.0.0.1 -U postgres -tAc "SELECT 1 FROM pg_database WHERE datname = 'test'" postgres | grep -q 1; then
+		log "creating database test"
+		createdb -h 127.0.0.1 -U postgres test
+	fi
+	log "PostgreSQL ready on 127.0.0.1:5432"
+fi
+
+if [[ -z "${BENTO_TEST_AMQP_URL:-}" ]]; then
+	if ! port_open 5672; then
+		log "starting RabbitMQ"
+		rabbitmq-server -detached
+	fi
+	wait_for RabbitMQ 5672 180
+	log "RabbitMQ ready on 127.0.0.1:5672"
+fi
+
+if [[ -z "${BENTO_TEST_REDIS_ADDR:-}" ]]; then
+	if ! port_open 6379; then
+		log "starting Redis"
+		mkdir -p /var/lib/redis /var/log/redis
+		redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
+			--dir /var/lib/redis --logfile /var/log/redis/ci.log
+	fi
+	wait_for Redis 6379 30
+	log "Redis ready on 127.0.0.1:6379"
+fi
