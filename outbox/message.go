@@ -49,6 +49,9 @@ type Message struct {
 	LockedUntil      *time.Time
 	LastError        *string
 	PublishedAt      *time.Time
+	// FailedAt is when the last publish attempt failed or its lease
+	// expired; nil for a row that never failed.
+	FailedAt *time.Time
 	DedupKey         *string
 
 	// prepared is set by Store.Prepare, so Insert does not fill in and

@@ -31,6 +31,7 @@ func requireMigrated(t *testing.T, db *gorm.DB) {
 	require.Equal(t, []migrationRow{
 		{Component: "outbox", Version: 1, Name: "outbox_events"},
 		{Component: "outbox", Version: 2, Name: "relay_indexes"},
+		{Component: "outbox", Version: 3, Name: "failed_at"},
 	}, rows)
 	m := db.Migrator()
 	require.True(t, m.HasTable(&outbox.Message{}), "outbox_events table")
@@ -110,7 +111,7 @@ func TestMigrations(t *testing.T) {
 		for _, e := range entries {
 			names = append(names, e.Name())
 		}
-		assert.Equal(t, []string{"001_outbox_events.sql", "002_relay_indexes.sql"}, names, dir)
+		assert.Equal(t, []string{"001_outbox_events.sql", "002_relay_indexes.sql", "003_failed_at.sql"}, names, dir)
 	}
 }
 

@@ -29,6 +29,7 @@ const claimSet = `status = 'publishing',
     last_error = CASE WHEN status = 'publishing'
                       THEN 'lease of ' || COALESCE(locked_by, 'unknown worker') || ' expired'
                       ELSE last_error END,
+    failed_at = CASE WHEN status = 'publishing' THEN @now ELSE failed_at END,
     locked_by = @worker,
     locked_until = @until,
     available_at = @until`
@@ -75,7 +76,7 @@ const deleteSentSQL = `DELETE FROM outbox_events WHERE id IN @ids AND ` + ownedB
 
 const markFailedSQL = `UPDATE outbox_events
 SET status = @status, attempts = attempts + 1, available_at = @retry_at,
-    last_error = @error, locked_by = NULL, locked_until = NULL
+    last_error = @error, failed_at = @now, locked_by = NULL, locked_until = NULL
 WHERE id = @id AND ` + ownedByWorker
 
 const releaseSQL = `UPDATE outbox_events

@@ -129,7 +129,7 @@ func (s *Store) MarkFailed(ctx context.Context, worker string, f Failure) (bool,
 	}
 	res := s.db.WithContext(ctx).Exec(markFailedSQL, map[string]any{
 		"status": status, "retry_at": f.RetryAt.UTC(), "error": TruncateError(msg),
-		"id": f.ID, "worker": worker,
+		"id": f.ID, "worker": worker, "now": s.cfg.Stamper.Now().UTC(),
 	})
 	if res.Error != nil {
 		return false, wrapDB("outbox: mark failed", res.Error)

@@ -110,6 +110,8 @@ func TestClaimKeepsAggregateOrder(t *testing.T) {
 		assert.Equal(t, 1, got[0].Attempts)
 		require.NotNil(t, got[0].LastError)
 		assert.Equal(t, "broker down", *got[0].LastError)
+		require.NotNil(t, got[0].FailedAt, "a failure records when it happened")
+		assert.True(t, got[0].FailedAt.Equal(epoch), "failed_at %v, want %v", got[0].FailedAt, epoch)
 
 		ok, err = e.store.MarkFailed(ctx, "w", outbox.Failure{ID: x2.ID, Err: errors.New("poison"), Dead: true})
 		require.NoError(t, err)
@@ -145,6 +147,8 @@ func TestExpiredLeaseIsTakenOver(t *testing.T) {
 		assert.Equal(t, 1, got[0].Attempts, "a takeover counts as an attempt")
 		require.NotNil(t, got[0].LastError)
 		assert.Contains(t, *got[0].LastError, "lease of crashed expired")
+		require.NotNil(t, got[0].FailedAt, "an expired lease counts as a failure")
+		assert.True(t, got[0].FailedAt.Equal(epoch.Add(lease)), "failed_at %v", got[0].FailedAt)
 
 		// The crashed worker comes back: its outcomes are fenced off.
 		n, err := e.store.MarkSent(ctx, "crashed", []string{m.ID})
