@@ -52,7 +52,7 @@ type Message struct {
 	// FailedAt is when the last publish attempt failed or its lease
 	// expired; nil for a row that never failed.
 	FailedAt *time.Time
-	DedupKey         *string
+	DedupKey *string
 
 	// prepared is set by Store.Prepare, so Insert does not fill in and
 	// validate the same messages twice (a unit of work prepares before its
