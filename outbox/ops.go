@@ -1,0 +1,210 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/bentoevents/bento/internal/dialect"
+)
+
+// ErrInvalidArgument is returned by the operator calls for an argument out
+// of range, such as a negative age.
+var ErrInvalidArgument = errors.New("outbox: invalid argument")
+
+// Group is the number of rows of one tenant, topic and status, and the
+// created_at of the oldest of them. [Store.Breakdown] returns them; the CLI
+// and the console sum them by tenant and status or by topic and status.
+type Group struct {
+	Tenant string
+	Topic  string
+	Status Status
+	Count  int64
+	// Oldest is the created_at of the oldest row in the group (UTC).
+	Oldest time.Time
+}
+
+// Breakdown counts the rows by tenant, topic and status, ordered by tenant,
+// topic and the state-machine order of Statuses. opts.Tenant narrows it to
+// one tenant. It reads the whole table (one GROUP BY): fine for operators,
+// not for a hot path.
+func (s *Store) Breakdown(ctx context.Context, opts *StatsOpts) ([]Group, error) {
+	q := s.db.WithContext(ctx).Model(&Message{})
+	if opts != nil && opts.Tenant != "" {
+		q = q.Where("tenant_id = ?", opts.Tenant)
+	}
+	var rows []struct {
+		TenantID string
+		Topic    string
+		Status   Status
+		N        int64
+		Oldest   string
+	}
+	// min(created_at) comes back as text on SQLite, so it is scanned as a
+	// string and parsed below.
+	oldest := "min(created_at)"
+	if s.dialect == dialect.Postgres {
+		oldest = "to_char(min(created_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+	}
+	err := q.Select("tenant_id, topic, status, count(*) AS n, " + oldest + " AS oldest").
+		Group("tenant_id, topic, status").Scan(&rows).Error
+	if err != nil {
+		return nil, wrapDB("outbox: breakdown", err)
+	}
+	out := make([]Group, 0, len(rows))
+	for _, r := range rows {
+		t, err := parseDBTime(r.Oldest)
+		if err != nil {
+			return nil, fmt.Errorf("outbox: breakdown: oldest of %s/%s/%s: %w", r.TenantID, r.Topic, r.Status, err)
+		}
+		out = append(out, Group{Tenant: r.TenantID, Topic: r.Topic, Status: r.Status, Count: r.N, Oldest: t})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Tenant != b.Tenant {
+			return a.Tenant < b.Tenant
+		}
+		if a.Topic != b.Topic {
+			return a.Topic < b.Topic
+		}
+		return statusRank(a.Status) < statusRank(b.Status)
+	})
+	return out, nil
+}
+
+// statusRank orders statuses as Statuses lists them; unknown ones last.
+func statusRank(s Status) int {
+	for i, st := range Statuses {
+		if st == s {
+			return i
+		}
+	}
+	return len(Statuses)
+}
+
+// parseDBTime parses a timestamp as PostgreSQL's to_char above or the SQLite
+// driver writes it.
+func parseDBTime(s string) (time.Time, error) {
+	for _, layout := range []string{
+		time.RFC3339Nano,
+		"2006-01-02 15:04:05.999999999-07:00",
+		"2006-01-02 15:04:05.999999999",
+		"2006-01-02T15:04:05.999999999",
+	} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t.UTC(), nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("unrecognised timestamp %q", s)
+}
+
+// Minute is one minute of relay activity.
+type Minute struct {
+	// Start is the first instant of the minute (UTC).
+	Start time.Time
+	// Published counts rows confirmed by the broker in the minute (rows
+	// still in the table: a projector that deletes sent rows, or a purge,
+	// removes them from this count).
+	Published int64
+	// Failed counts rows whose last failed attempt (or expired lease) fell
+	// in the minute; a row that failed several times counts once, at its
+	// latest failure.
+	Failed int64
+}
+
+// Activity returns one Minute per minute of the last `minutes` minutes up to
+// and including the current one, oldest first, with zero counts where
+// nothing happened. opts.Tenant narrows it to one tenant.
+func (s *Store) Activity(ctx context.Context, minutes int, opts *StatsOpts) ([]Minute, error) {
+	if minutes < 1 || minutes > 24*60 {
+		return nil, fmt.Errorf("outbox: activity: %w: %d minutes (want 1 to 1440)", ErrInvalidArgument, minutes)
+	}
+	now := s.cfg.Stamper.Now().UTC()
+	first := now.Truncate(time.Minute).Add(-time.Duration(minutes-1) * time.Minute)
+	out := make([]Minute, minutes)
+	for i := range out {
+		out[i].Start = first.Add(time.Duration(i) * time.Minute)
+	}
+	count := func(column, status string, set func(*Minute, int64)) error {
+		bucket := "CAST(strftime('%s', " + column + ") AS INTEGER) / 60"
+		if s.dialect == dialect.Postgres {
+			bucket = "CAST(floor(extract(epoch FROM " + column + ") / 60) AS BIGINT)"
+		}
+		q := s.db.WithContext(ctx).Model(&Message{}).Where(column+" >= ?", first)
+		if status != "" {
+			q = q.Where("status = ?", status)
+		}
+		if opts != nil && opts.Tenant != "" {
+			q = q.Where("tenant_id = ?", opts.Tenant)
+		}
+		var rows []struct {
+			Bucket int64
+			N      int64
+		}
+		if err := q.Select(bucket + " AS bucket, count(*) AS n").Group("bucket").Scan(&rows).Error; err != nil {
+			return wrapDB("outbox: activity", err)
+		}
+		base := first.Unix() / 60
+		for _, r := range rows {
+			if i := r.Bucket - base; i >= 0 && i < int64(minutes) {
+				set(&out[i], r.N)
+			}
+		}
+		return nil
+	}
+	if err := count("published_at", string(StatusSent), func(m *Minute, n int64) { m.Published = n }); err != nil {
+		return nil, err
+	}
+	if err := count("failed_at", "", func(m *Minute, n int64) { m.Failed = n }); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// CountDead counts the dead rows matching f (an empty filter counts them
+// all): what Requeue or Discard with the same filter would move.
+func (s *Store) CountDead(ctx context.Context, f Filter) (int64, error) {
+	var n int64
+	q := f.apply(s.db.WithContext(ctx).Model(&Message{}).Where("status = ?", StatusDead))
+	if err := q.Count(&n).Error; err != nil {
+		return 0, wrapDB("outbox: count dead", err)
+	}
+	return n, nil
+}
+
+// Discard deletes the dead rows matching f and returns how many it deleted.
+// Their events are gone for good: use it for events nobody must receive,
+// after reading them with ListDead. An empty filter deletes nothing unless
+// all is true ([ErrNoFilter]). Later events of a discarded event's
+// aggregate are no longer held back.
+func (s *Store) Discard(ctx context.Context, f Filter, all bool) (int64, error) {
+	if f.empty() && !all {
+		return 0, ErrNoFilter
+	}
+	res := f.apply(s.db.WithContext(ctx).Where("status = ?", StatusDead)).Delete(&Message{})
+	if res.Error != nil {
+		return 0, wrapDB("outbox: discard", res.Error)
+	}
+	return res.RowsAffected, nil
+}
+
+// CountSent counts the sent rows published more than olderThan ago: what
+// PurgeSent with the same arguments would delete. tenant narrows it to one
+// tenant when not empty.
+func (s *Store) CountSent(ctx context.Context, olderThan time.Duration, tenant string) (int64, error) {
+	if olderThan < 0 {
+		return 0, fmt.Errorf("outbox: count sent: %w: negative age %v", ErrInvalidArgument, olderThan)
+	}
+	q := s.db.WithContext(ctx).Model(&Message{}).
+		Where("status = ? AND published_at < ?", StatusSent, s.cfg.Stamper.Now().UTC().Add(-olderThan))
+	if tenant != "" {
+		q = q.Where("tenant_id = ?", tenant)
+	}
+	var n int64
+	if err := q.Count(&n).Error; err != nil {
+		return 0, wrapDB("outbox: count sent", err)
+	}
+	return n, nil
+}
