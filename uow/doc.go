@@ -47,6 +47,17 @@
 // savepoint and never commits the caller's transaction, and its Rollback
 // undoes only its own work. [Manager.RunTx] is the explicit form.
 //
+// # Tracing
+//
+// [UnitOfWork.Commit] runs in a "bento.uow.commit" OpenTelemetry span, a
+// child of the span in its context, and writes that span's W3C trace context
+// into the traceparent (and tracestate) metadata of every event it commits.
+// The projector and the inbox continue the trace from there, so one trace
+// shows request, commit, publish and consume. Config.TracerProvider and
+// Config.Propagator choose the tracer and the format; by default the global
+// tracer provider is used, which is a no-op until the application installs
+// one, and nothing is written for a context without a span.
+//
 // # Tenants
 //
 // Every outbox row carries a tenant id: the one given in [BeginOpts], else the

@@ -9,10 +9,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/internal/dialect"
+	"github.com/bentoevents/bento/internal/tracing"
 	"github.com/bentoevents/bento/outbox"
 	"github.com/bentoevents/bento/tenant"
 )
@@ -52,6 +55,15 @@ type Config struct {
 	// default isolation level (READ COMMITTED on PostgreSQL), which the
 	// version check is designed for.
 	TxOptions *sql.TxOptions
+	// TracerProvider creates the "bento.uow.commit" span of each Commit,
+	// a child of the span in the context Commit is given. Defaults to
+	// otel.GetTracerProvider(), a no-op until the application sets one.
+	TracerProvider trace.TracerProvider
+	// Propagator writes the commit span's trace context into the metadata
+	// of every event the unit writes. Defaults to W3C Trace Context
+	// (the traceparent and tracestate keys), whatever the global
+	// propagator is.
+	Propagator propagation.TextMapPropagator
 }
 
 // Manager begins units of work on one database. It is safe for concurrent
@@ -62,6 +74,7 @@ type Manager struct {
 	dialect  dialect.Dialect
 	cfg      Config
 	store    *outbox.Store
+	tracing  tracing.Tracing
 }
 
 // New returns a Manager over db, a PostgreSQL or SQLite *gorm.DB whose outbox
@@ -107,7 +120,7 @@ func New(db *gorm.DB, cfg *Config) (*Manager, error) {
 	if c.Stamper == nil {
 		c.Stamper = c.Outbox.Config().Stamper
 	}
-	m := &Manager{db: db, dialect: d, cfg: c, store: c.Outbox}
+	m := &Manager{db: db, dialect: d, cfg: c, store: c.Outbox, tracing: tracing.New(c.TracerProvider, c.Propagator)}
 	if c.Registerer != nil {
 		m.enqueued = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bento_outbox_enqueued_total", Help: "Events committed to the outbox, by topic.",

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"go.opentelemetry.io/otel/trace"
 	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/internal/dberr"
+	"github.com/bentoevents/bento/internal/tracing"
 	"github.com/bentoevents/bento/internal/txn"
 	"github.com/bentoevents/bento/outbox"
 	"github.com/bentoevents/bento/tenant"
@@ -79,14 +81,30 @@ func (u *UnitOfWork) Track(roots ...aggregate.Root) error {
 // still hold their pending events and versions, so the caller can inspect or
 // retry them.
 //
+// Commit runs in a "bento.uow.commit" span, a child of the span in ctx (see
+// Config.TracerProvider). When that span has a valid context, every event
+// written gets it as its traceparent (and tracestate) metadata, so the
+// projector's publish span and the consumer's span continue the caller's
+// trace; a traceparent set with outbox.WithMetadata is kept instead. Without
+// a tracer or a span in ctx nothing is written.
+//
 // Errors: ErrConcurrencyConflict; ErrInvalidAggregate; outbox validation
 // errors (ErrInvalidEvent, ErrPayloadTooLarge, tenant.ErrInvalid) and
 // outbox.ErrDuplicateKey; ErrDone; ErrClosed; or the database error.
-func (u *UnitOfWork) Commit(ctx context.Context) error {
+func (u *UnitOfWork) Commit(ctx context.Context) (err error) {
 	if u.done {
 		return ErrDone
 	}
 	u.done = true
+	ctx, span := u.m.tracing.Start(ctx, tracing.SpanCommit, trace.SpanKindInternal)
+	events := 0
+	defer func() {
+		if span.IsRecording() {
+			span.SetAttributes(tracing.AttrTenant.String(u.tenant), tracing.AttrJoined.Bool(u.Joined()),
+				tracing.AttrEvents.Int(events))
+		}
+		tracing.End(span, err)
+	}()
 	bumped, err := u.flush(ctx)
 	if err != nil {
 		u.restore(bumped)
@@ -107,7 +125,6 @@ func (u *UnitOfWork) Commit(ctx context.Context) error {
 		}
 		return wrapDB("commit", err)
 	}
-	events := 0
 	for _, r := range u.tracked {
 		pulled := r.AggregateBase().PullEvents()
 		events += len(pulled)
@@ -176,6 +193,7 @@ func (u *UnitOfWork) flush(ctx context.Context) ([]bump, error) {
 	}
 	store := u.m.store
 	if len(msgs) > 0 {
+		ctx = u.traceMetadata(ctx)
 		if err := store.Prepare(ctx, msgs); err != nil {
 			return nil, fmt.Errorf("uow: commit: %w", err)
 		}
@@ -200,6 +218,20 @@ func (u *UnitOfWork) flush(ctx context.Context) ([]bump, error) {
 		}
 	}
 	return bumped, nil
+}
+
+// traceMetadata returns ctx carrying, as outbox metadata, the trace context
+// of the span in ctx (the commit span), so that Prepare writes it into every
+// event. A traceparent already in ctx's metadata (outbox.WithMetadata) is
+// the caller's choice and is kept.
+func (u *UnitOfWork) traceMetadata(ctx context.Context) context.Context {
+	if _, set := outbox.MetadataFrom(ctx)[tracing.KeyTraceparent]; set {
+		return ctx
+	}
+	if md := u.m.tracing.Inject(ctx, nil); len(md) > 0 {
+		return outbox.WithMetadata(ctx, md)
+	}
+	return ctx
 }
 
 // messages turns r's pending events into outbox rows, checking r itself.
