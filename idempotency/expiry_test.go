@@ -77,7 +77,10 @@ func TestPurgeDeletesExpiredKeysOnly(t *testing.T) {
 			require.Equal(t, http.StatusCreated, e.post(k.key, "{}").Code)
 		}
 
-		n, err := idempotency.Purge(ctx, db, epoch.Add(70*time.Minute), 1) // a and b (at expiry); c, d live
+		n, err := idempotency.CountExpired(ctx, db, epoch.Add(70*time.Minute))
+		require.NoError(t, err)
+		assert.Equal(t, int64(2), n, "the dry run counts a and b")
+		n, err = idempotency.Purge(ctx, db, epoch.Add(70*time.Minute), 1) // a and b (at expiry); c, d live
 		require.NoError(t, err)
 		assert.Equal(t, int64(2), n)
 		var left []string

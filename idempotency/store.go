@@ -86,7 +86,11 @@ const (
 	// purgeSQL deletes one batch of expired keys, oldest first, through the
 	// expires_at index.
 	purgeSQL = `DELETE FROM idempotency_keys WHERE (tenant_id, idem_key) IN (
-  SELECT tenant_id, idem_key FROM idempotency_keys WHERE expires_at <= @now ORDER BY expires_at LIMIT @limit)`
+  SELECT tenant_id, idem_key FROM idempotency_keys WHERE ` + expiredWhere + ` ORDER BY expires_at LIMIT @limit)`
+	// countExpiredSQL counts what purgeSQL deletes.
+	countExpiredSQL = `SELECT count(*) FROM idempotency_keys WHERE ` + expiredWhere
+	// expiredWhere selects the expired keys.
+	expiredWhere = `expires_at <= @now`
 	// pgSetLockTimeoutSQL sets the transaction's lock_timeout and returns the
 	// previous value (OFFSET 0 keeps the subquery, and so the read, first).
 	pgSetLockTimeoutSQL = `SELECT s.prev, set_config('lock_timeout', ?, true)
@@ -123,6 +127,16 @@ func Purge(ctx context.Context, db *gorm.DB, now time.Time, batch int) (int64, e
 			return total, nil
 		}
 	}
+}
+
+// CountExpired counts the keys that expired at or before now: what Purge
+// with the same now would delete (a dry run).
+func CountExpired(ctx context.Context, db *gorm.DB, now time.Time) (int64, error) {
+	var n int64
+	if err := db.WithContext(ctx).Raw(countExpiredSQL, map[string]any{"now": now.UTC()}).Scan(&n).Error; err != nil {
+		return 0, wrapDB("count expired", err)
+	}
+	return n, nil
 }
 
 // session is one keyed request's transaction.

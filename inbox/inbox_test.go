@@ -351,7 +351,13 @@ func TestPurgeKeepsTheWindow(t *testing.T) {
 		apply("billing", "recent", now.Add(-time.Hour))
 
 		clock := func() time.Time { return now }
-		n, err := inbox.Purge(ctx, db, 24*time.Hour, &inbox.PurgeOpts{Consumer: "billing", BatchSize: 2, Now: clock})
+		n, err := inbox.CountPurgeable(ctx, db, 24*time.Hour, &inbox.PurgeOpts{Consumer: "billing", Now: clock})
+		require.NoError(t, err)
+		assert.Equal(t, int64(5), n, "the dry run counts billing's old records")
+		n, err = inbox.CountPurgeable(ctx, db, 24*time.Hour, &inbox.PurgeOpts{Now: clock})
+		require.NoError(t, err)
+		assert.Equal(t, int64(6), n, "the dry run counts every consumer's old records")
+		n, err = inbox.Purge(ctx, db, 24*time.Hour, &inbox.PurgeOpts{Consumer: "billing", BatchSize: 2, Now: clock})
 		require.NoError(t, err)
 		assert.Equal(t, int64(5), n)
 		n, err = inbox.Purge(ctx, db, 24*time.Hour, &inbox.PurgeOpts{Now: clock})

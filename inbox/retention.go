@@ -42,17 +42,10 @@ func Purge(ctx context.Context, db *gorm.DB, olderThan time.Duration, opts *Purg
 	if batch <= 0 {
 		batch = 1000
 	}
-	now := time.Now
-	if opts.Now != nil {
-		now = opts.Now
-	}
+	where, args := purgeable(olderThan, opts)
 	query := `DELETE FROM inbox_messages WHERE (consumer, message_id) IN (
-  SELECT consumer, message_id FROM inbox_messages WHERE received_at < @before`
-	if opts.Consumer != "" {
-		query += ` AND consumer = @consumer`
-	}
-	query += ` ORDER BY received_at LIMIT @limit)`
-	args := map[string]any{"before": now().UTC().Add(-olderThan), "consumer": opts.Consumer, "limit": batch}
+  SELECT consumer, message_id FROM inbox_messages WHERE ` + where + ` ORDER BY received_at LIMIT @limit)`
+	args["limit"] = batch
 	var total int64
 	for {
 		if err := ctx.Err(); err != nil {
@@ -67,4 +60,35 @@ func Purge(ctx context.Context, db *gorm.DB, olderThan time.Duration, opts *Purg
 			return total, nil
 		}
 	}
+}
+
+// purgeable returns the condition (and its arguments) that selects the
+// records Purge deletes and CountPurgeable counts.
+func purgeable(olderThan time.Duration, opts *PurgeOpts) (string, map[string]any) {
+	now := time.Now
+	if opts.Now != nil {
+		now = opts.Now
+	}
+	where := `received_at < @before`
+	if opts.Consumer != "" {
+		where += ` AND consumer = @consumer`
+	}
+	return where, map[string]any{"before": now().UTC().Add(-olderThan), "consumer": opts.Consumer}
+}
+
+// CountPurgeable counts the records that Purge with the same arguments
+// would delete now (BatchSize is ignored): a dry run.
+func CountPurgeable(ctx context.Context, db *gorm.DB, olderThan time.Duration, opts *PurgeOpts) (int64, error) {
+	if olderThan < 0 {
+		return 0, fmt.Errorf("inbox: count purgeable: negative age %v", olderThan)
+	}
+	if opts == nil {
+		opts = &PurgeOpts{}
+	}
+	where, args := purgeable(olderThan, opts)
+	var n int64
+	if err := db.WithContext(ctx).Raw(`SELECT count(*) FROM inbox_messages WHERE `+where, args).Scan(&n).Error; err != nil {
+		return 0, wrapDB("count purgeable", err)
+	}
+	return n, nil
 }

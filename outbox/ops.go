@@ -208,3 +208,60 @@ func (s *Store) CountSent(ctx context.Context, olderThan time.Duration, tenant s
 	}
 	return n, nil
 }
+
+// Throughput is what the relay did for one tenant in a recent window.
+type Throughput struct {
+	Tenant string
+	// Published counts rows confirmed in the window (still in the table).
+	Published int64
+	// Failed counts rows whose last failure fell in the window.
+	Failed int64
+}
+
+// Recent returns, per tenant with activity, the rows published and failed
+// in the last window (up to now), ordered by tenant. opts.Tenant narrows it
+// to one tenant.
+func (s *Store) Recent(ctx context.Context, window time.Duration, opts *StatsOpts) ([]Throughput, error) {
+	if window <= 0 {
+		return nil, fmt.Errorf("outbox: recent: %w: window %v", ErrInvalidArgument, window)
+	}
+	since := s.cfg.Stamper.Now().UTC().Add(-window)
+	byTenant := map[string]*Throughput{}
+	count := func(column, status string, set func(*Throughput, int64)) error {
+		q := s.db.WithContext(ctx).Model(&Message{}).Where(column+" >= ?", since)
+		if status != "" {
+			q = q.Where("status = ?", status)
+		}
+		if opts != nil && opts.Tenant != "" {
+			q = q.Where("tenant_id = ?", opts.Tenant)
+		}
+		var rows []struct {
+			TenantID string
+			N        int64
+		}
+		if err := q.Select("tenant_id, count(*) AS n").Group("tenant_id").Scan(&rows).Error; err != nil {
+			return wrapDB("outbox: recent", err)
+		}
+		for _, r := range rows {
+			t := byTenant[r.TenantID]
+			if t == nil {
+				t = &Throughput{Tenant: r.TenantID}
+				byTenant[r.TenantID] = t
+			}
+			set(t, r.N)
+		}
+		return nil
+	}
+	if err := count("published_at", string(StatusSent), func(t *Throughput, n int64) { t.Published = n }); err != nil {
+		return nil, err
+	}
+	if err := count("failed_at", "", func(t *Throughput, n int64) { t.Failed = n }); err != nil {
+		return nil, err
+	}
+	out := make([]Throughput, 0, len(byTenant))
+	for _, t := range byTenant {
+		out = append(out, *t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Tenant < out[j].Tenant })
+	return out, nil
+}

@@ -102,6 +102,18 @@ func TestActivityCountsPerMinute(t *testing.T) {
 
 		_, err = e.store.Activity(context.Background(), 0, nil)
 		assert.ErrorIs(t, err, outbox.ErrInvalidArgument)
+
+		// Recent: in the last 2 minutes before epoch+3m10s only c failed.
+		e.stamper.Set(epoch.Add(3*time.Minute + 10*time.Second))
+		rec, err := e.store.Recent(context.Background(), 2*time.Minute, nil)
+		require.NoError(t, err)
+		assert.Equal(t, []outbox.Throughput{{Tenant: "default", Failed: 1}}, rec)
+		rec, err = e.store.Recent(context.Background(), 3*time.Minute, nil)
+		require.NoError(t, err)
+		assert.Equal(t, []outbox.Throughput{{Tenant: "default", Published: 1, Failed: 2}}, rec)
+		rec, err = e.store.Recent(context.Background(), 3*time.Minute, &outbox.StatsOpts{Tenant: "acme"})
+		require.NoError(t, err)
+		assert.Empty(t, rec)
 	})
 }
 

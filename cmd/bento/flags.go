@@ -1,0 +1,122 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// newFlags returns a flag set for the command name whose usage line is
+// synopsis.
+func (c *cli) newFlags(name, synopsis string) *flag.FlagSet {
+	fs := flag.NewFlagSet("bento "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors are reported once, by run
+	fs.Usage = func() {
+		fmt.Fprintf(c.stdout, "usage: bento %s %s\n", name, synopsis)
+		fs.SetOutput(c.stdout)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+	return fs
+}
+
+// parse parses args, flags and positional arguments in any order, and
+// returns the positional ones. -h prints the usage and returns errHelp; a
+// bad flag returns a usageError.
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fs.Usage()
+				return nil, errHelp
+			}
+			return nil, usagef("%v (see -h)", err)
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		if args[0] == "--" {
+			return append(pos, args[1:]...), nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+// ageFlag is a duration flag that also accepts days ("7d", "1d12h").
+type ageFlag struct {
+	d   time.Duration
+	set bool
+}
+
+func (a *ageFlag) String() string {
+	if a == nil || !a.set {
+		return ""
+	}
+	return a.d.String()
+}
+
+// Set parses s as [parseAge] does.
+func (a *ageFlag) Set(s string) error {
+	d, err := parseAge(s)
+	if err != nil {
+		return err
+	}
+	a.d, a.set = d, true
+	return nil
+}
+
+// parseAge parses a non-negative age: a Go duration ("36h", "90m") with an
+// optional leading number of days ("7d", "1d12h").
+func parseAge(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, fmt.Errorf("bad age %q: want e.g. 7d, 36h or 1d12h", s)
+	}
+	var days time.Duration
+	rest := s
+	if i := strings.IndexByte(s, 'd'); i >= 0 {
+		n, err := strconv.Atoi(s[:i])
+		if err != nil || n < 0 || n > 100*365 {
+			return 0, fmt.Errorf("bad age %q: want e.g. 7d, 36h or 1d12h", s)
+		}
+		days, rest = time.Duration(n)*24*time.Hour, s[i+1:]
+	}
+	var d time.Duration
+	if rest != "" {
+		var err error
+		d, err = time.ParseDuration(rest)
+		if err != nil {
+			return 0, fmt.Errorf("bad age %q: want e.g. 7d, 36h or 1d12h", s)
+		}
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("bad age %q: must not be negative", s)
+	}
+	return days + d, nil
+}
+
+// humanAge prints an age rounded for people: 3d4h, 5h12m, 4m3s, 850ms.
+func humanAge(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "-"
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Hour:
+		return d.Round(time.Second).String()
+	case d < 24*time.Hour:
+		return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
+	default:
+		days := d / (24 * time.Hour)
+		h := (d % (24 * time.Hour)).Round(time.Hour) / time.Hour
+		return fmt.Sprintf("%dd%dh", days, h)
+	}
+}
+
+func trimLower(s string) string { return strings.ToLower(strings.TrimSpace(s)) }

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/bentoevents/bento/idempotency"
+	"github.com/bentoevents/bento/inbox"
+	"github.com/bentoevents/bento/outbox"
+)
+
+// purgeFlags are the flags every purge takes.
+type purgeFlags struct {
+	dry, yes *bool
+	batch    *int
+}
+
+func (c *cli) purgeFlags(fs interface {
+	Bool(string, bool, string) *bool
+	Int(string, int, string) *int
+}) purgeFlags {
+	return purgeFlags{
+		dry:   fs.Bool("dry-run", false, "count what would be deleted and delete nothing"),
+		yes:   fs.Bool("yes", false, "do not ask for confirmation"),
+		batch: fs.Int("batch", 1000, "rows per DELETE statement"),
+	}
+}
+
+// purgeRun counts with count, and unless it is a dry run or nothing
+// matches, asks for confirmation and deletes with purge.
+func (c *cli) purgeRun(p purgeFlags, what string, count func() (int64, error), purge func() (int64, error)) error {
+	if *p.batch < 1 {
+		return usagef("--batch must be at least 1")
+	}
+	n, err := count()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		fmt.Fprintf(c.stdout, "no %s: nothing to delete\n", what)
+		return nil
+	}
+	if *p.dry {
+		fmt.Fprintf(c.stdout, "would delete %d %s (dry run: nothing changed)\n", n, what)
+		return nil
+	}
+	if err := c.confirm(*p.yes, fmt.Sprintf("delete %d %s?", n, what)); err != nil {
+		return err
+	}
+	deleted, err := purge()
+	if err != nil {
+		return fmt.Errorf("deleted %d %s, then: %w", deleted, what, err)
+	}
+	fmt.Fprintf(c.stdout, "deleted %d %s\n", deleted, what)
+	return nil
+}
+
+func (c *cli) purge(ctx context.Context, args []string) error {
+	fs := c.newFlags("purge", "--sent-older-than AGE [--tenant T] [--batch N] [--dry-run] [--yes]")
+	var age ageFlag
+	fs.Var(&age, "sent-older-than", "delete sent rows published longer ago than this (e.g. 7d, 36h)")
+	tenant := fs.String("tenant", "", "only this tenant")
+	p := c.purgeFlags(fs)
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected arguments %q", pos)
+	}
+	if !age.set {
+		return usagef("--sent-older-than is required (e.g. --sent-older-than 7d)")
+	}
+	st, done, err := c.store(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	what := fmt.Sprintf("sent outbox rows published more than %s ago", humanAge(age.d))
+	return c.purgeRun(p, what,
+		func() (int64, error) { return st.CountSent(ctx, age.d, *tenant) },
+		func() (int64, error) {
+			return st.PurgeSent(ctx, age.d, &outbox.PurgeOpts{Tenant: *tenant, BatchSize: *p.batch})
+		})
+}
+
+func (c *cli) inbox(ctx context.Context, args []string) error {
+	if len(args) == 0 || args[0] != "purge" {
+		return usagef("want: bento inbox purge --older-than AGE")
+	}
+	fs := c.newFlags("inbox purge", "--older-than AGE [--consumer C] [--batch N] [--dry-run] [--yes]")
+	var age ageFlag
+	fs.Var(&age, "older-than", "delete records received longer ago than this (e.g. 30d); this is the dedup window")
+	consumer := fs.String("consumer", "", "only this consumer's records")
+	p := c.purgeFlags(fs)
+	pos, err := parse(fs, args[1:])
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected arguments %q", pos)
+	}
+	if !age.set {
+		return usagef("--older-than is required (e.g. --older-than 30d)")
+	}
+	db, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeAll(db)
+	opts := &inbox.PurgeOpts{Consumer: *consumer, BatchSize: *p.batch}
+	what := fmt.Sprintf("inbox records received more than %s ago", humanAge(age.d))
+	return c.purgeRun(p, what,
+		func() (int64, error) { return inbox.CountPurgeable(ctx, db, age.d, opts) },
+		func() (int64, error) { return inbox.Purge(ctx, db, age.d, opts) })
+}
+
+func (c *cli) idempotency(ctx context.Context, args []string) error {
+	if len(args) == 0 || args[0] != "purge" {
+		return usagef("want: bento idempotency purge")
+	}
+	fs := c.newFlags("idempotency purge", "[--batch N] [--dry-run] [--yes]")
+	p := c.purgeFlags(fs)
+	pos, err := parse(fs, args[1:])
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected arguments %q", pos)
+	}
+	db, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeAll(db)
+	now := time.Now()
+	return c.purgeRun(p, "expired idempotency keys",
+		func() (int64, error) { return idempotency.CountExpired(ctx, db, now) },
+		func() (int64, error) { return idempotency.Purge(ctx, db, now, *p.batch) })
+}

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/bentoevents/bento/outbox"
+)
+
+// tenantStats is one tenant's line of `bento stats`, and its JSON form.
+type tenantStats struct {
+	Tenant string `json:"tenant"`
+	// Counts has every status, zero included.
+	Counts map[outbox.Status]int64 `json:"counts"`
+	// Pending counts new, publishing and failed rows.
+	Pending int64 `json:"pending"`
+	// OldestPendingAt is the created_at of the oldest pending row.
+	OldestPendingAt *time.Time `json:"oldest_pending_at,omitempty"`
+	// OldestPendingAgeSeconds is how long that row has waited.
+	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
+	Dead                    int64   `json:"dead"`
+	// PublishedLastMinute and FailedLastMinute are the relay's rate.
+	PublishedLastMinute int64 `json:"published_last_minute"`
+	FailedLastMinute    int64 `json:"failed_last_minute"`
+}
+
+// statsReport is the JSON document of `bento stats --json`.
+type statsReport struct {
+	At      time.Time     `json:"at"`
+	Tenants []tenantStats `json:"tenants"`
+}
+
+func (c *cli) stats(ctx context.Context, args []string) error {
+	fs := c.newFlags("stats", "[--tenant T] [--json]")
+	tenant := fs.String("tenant", "", "only this tenant")
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected arguments %q", pos)
+	}
+	st, done, err := c.store(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	rep, err := collectStats(ctx, st, *tenant)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return c.printJSON(rep)
+	}
+	return printStats(c, rep)
+}
+
+// collectStats builds the report from the store's Breakdown and Recent.
+func collectStats(ctx context.Context, st *outbox.Store, tenant string) (*statsReport, error) {
+	opts := &outbox.StatsOpts{Tenant: tenant}
+	groups, err := st.Breakdown(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	recent, err := st.Recent(ctx, time.Minute, opts)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now().UTC()
+	byTenant := map[string]*tenantStats{}
+	get := func(name string) *tenantStats {
+		t := byTenant[name]
+		if t == nil {
+			t = &tenantStats{Tenant: name, Counts: map[outbox.Status]int64{}}
+			for _, s := range outbox.Statuses {
+				t.Counts[s] = 0
+			}
+			byTenant[name] = t
+		}
+		return t
+	}
+	for _, g := range groups {
+		t := get(g.Tenant)
+		t.Counts[g.Status] += g.Count
+		switch g.Status {
+		case outbox.StatusNew, outbox.StatusPublishing, outbox.StatusFailed:
+			t.Pending += g.Count
+			if t.OldestPendingAt == nil || g.Oldest.Before(*t.OldestPendingAt) {
+				oldest := g.Oldest
+				t.OldestPendingAt = &oldest
+			}
+		case outbox.StatusDead:
+			t.Dead += g.Count
+		}
+	}
+	for _, r := range recent {
+		t := get(r.Tenant)
+		t.PublishedLastMinute, t.FailedLastMinute = r.Published, r.Failed
+	}
+	rep := &statsReport{At: now, Tenants: []tenantStats{}}
+	for _, t := range byTenant {
+		if t.OldestPendingAt != nil {
+			t.OldestPendingAgeSeconds = max(0, now.Sub(*t.OldestPendingAt).Seconds())
+		}
+		rep.Tenants = append(rep.Tenants, *t)
+	}
+	sort.Slice(rep.Tenants, func(i, j int) bool { return rep.Tenants[i].Tenant < rep.Tenants[j].Tenant })
+	return rep, nil
+}
+
+// printStats prints one aligned table: a line per tenant with its counts per
+// status, the oldest pending age and the last minute's rate.
+func printStats(c *cli, rep *statsReport) error {
+	if len(rep.Tenants) == 0 {
+		fmt.Fprintln(c.stdout, "the outbox is empty")
+		return nil
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "TENANT\t")
+	for _, s := range outbox.Statuses {
+		fmt.Fprintf(tw, "%s\t", strings.ToUpper(string(s)))
+	}
+	fmt.Fprintln(tw, "OLDEST PENDING\tPUBLISHED/MIN\tFAILED/MIN\t")
+	for _, t := range rep.Tenants {
+		fmt.Fprintf(tw, "%s\t", t.Tenant)
+		for _, s := range outbox.Statuses {
+			fmt.Fprintf(tw, "%d\t", t.Counts[s])
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t\n", humanAge(time.Duration(t.OldestPendingAgeSeconds*float64(time.Second))),
+			t.PublishedLastMinute, t.FailedLastMinute)
+	}
+	return tw.Flush()
+}
