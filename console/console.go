@@ -1,0 +1,229 @@
+package console
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/tenant"
+)
+
+// Defaults.
+const (
+	// DefaultDeadLimit is how many dead letters one page lists.
+	DefaultDeadLimit = 100
+	// DefaultTitle is the title shown on every page.
+	DefaultTitle = "bento console"
+	// ChartMinutes is how many minutes of activity the overview charts.
+	ChartMinutes = 60
+)
+
+// Config configures a [Console]. A nil *Config means defaults: read-write,
+// payloads hidden, all tenants, a random CSRF secret.
+type Config struct {
+	// ReadOnly renders no buttons and refuses every POST with 403.
+	// Defaults to false.
+	ReadOnly bool
+	// ShowPayloads shows the payload and metadata of a dead letter on its
+	// detail page. They may hold personal data or secrets, so they are
+	// hidden unless this is set. Defaults to false.
+	ShowPayloads bool
+	// Tenant, when set, restricts the console to one tenant: it shows only
+	// that tenant's rows and can only requeue or discard those. Defaults to
+	// all tenants.
+	Tenant string
+	// Title is the name shown in the header and the page titles. Defaults
+	// to "bento console".
+	Title string
+	// DeadLimit is how many dead letters the list shows at most (oldest
+	// first). Defaults to 100.
+	DeadLimit int
+	// Refresh, when positive, makes the overview page reload itself at that
+	// interval (an HTML meta refresh; the console runs no script). Defaults
+	// to 0: no reload.
+	Refresh time.Duration
+	// Secret keys the CSRF tokens (HMAC-SHA256); at least 32 bytes. Set the
+	// same secret on every replica behind a load balancer, or tokens issued
+	// by one are refused by the others. Defaults to 32 random bytes, made
+	// when New is called.
+	Secret []byte
+	// Logger receives a record of every requeue and discard and of the
+	// errors shown as 500 pages. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Copy returns a copy of c.
+func (c *Config) Copy() *Config {
+	cp := *c
+	cp.Secret = append([]byte(nil), c.Secret...)
+	return &cp
+}
+
+func (c *Config) withDefaults() (Config, error) {
+	var out Config
+	if c != nil {
+		out = *c.Copy()
+	}
+	var errs []error
+	if out.Tenant != "" {
+		if err := tenant.Validate(out.Tenant); err != nil {
+			errs = append(errs, fmt.Errorf("Tenant: %w", err))
+		}
+	}
+	if out.DeadLimit < 0 {
+		errs = append(errs, fmt.Errorf("DeadLimit: %d is negative", out.DeadLimit))
+	}
+	if out.DeadLimit == 0 {
+		out.DeadLimit = DefaultDeadLimit
+	}
+	if out.Refresh < 0 {
+		errs = append(errs, fmt.Errorf("Refresh: %v is negative", out.Refresh))
+	}
+	if out.Refresh > 0 && out.Refresh < time.Second {
+		errs = append(errs, fmt.Errorf("Refresh: %v is under a second", out.Refresh))
+	}
+	if out.Title == "" {
+		out.Title = DefaultTitle
+	}
+	if len(out.Secret) == 0 {
+		out.Secret = make([]byte, 32)
+		if _, err := rand.Read(out.Secret); err != nil {
+			errs = append(errs, fmt.Errorf("Secret: %w", err))
+		}
+	} else if len(out.Secret) < 32 {
+		errs = append(errs, fmt.Errorf("Secret: %d bytes, want at least 32", len(out.Secret)))
+	}
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	if err := errors.Join(errs...); err != nil {
+		return out, fmt.Errorf("console: invalid config: %w", err)
+	}
+	return out, nil
+}
+
+// Console is the web console: an [http.Handler] serving the overview, the
+// dead letters and their actions. It is safe for concurrent use.
+type Console struct {
+	store *outbox.Store
+	cfg   Config
+	mux   *http.ServeMux
+	xorig *http.CrossOriginProtection
+}
+
+// New returns a console over store. cfg may be nil for the defaults.
+// Mount it under a prefix with [http.StripPrefix]:
+//
+//	mux.Handle("/console/", http.StripPrefix("/console", c))
+//
+// Errors: a config error naming each bad field.
+func New(store *outbox.Store, cfg *Config) (*Console, error) {
+	if store == nil {
+		return nil, errors.New("console: nil store")
+	}
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	con := &Console{store: store, cfg: c, mux: http.NewServeMux(), xorig: http.NewCrossOriginProtection()}
+	con.routes()
+	return con, nil
+}
+
+// Config returns the console's configuration with defaults filled in.
+func (c *Console) Config() Config { return *c.cfg.Copy() }
+
+func (c *Console) routes() {
+	c.mux.HandleFunc("GET /{$}", c.overview)
+	c.mux.HandleFunc("GET /dead", c.deadList)
+	c.mux.HandleFunc("GET /dead/{id}", c.deadDetail)
+	c.mux.HandleFunc("POST /dead/{id}/requeue", c.mutation(c.requeueOne))
+	c.mux.HandleFunc("POST /dead/{id}/discard", c.mutation(c.discardOne))
+	c.mux.HandleFunc("POST /dead/requeue", c.mutation(c.requeueTopic))
+	c.mux.HandleFunc("GET /static/", c.static)
+	c.mux.HandleFunc("/", c.notFound)
+}
+
+// ServeHTTP serves the console. Paths are relative to where the console is
+// mounted; every link it renders is relative too, so it works under any
+// prefix.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", contentSecurityPolicy)
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "same-origin")
+	h.Set("Cache-Control", "no-store")
+	if r.URL.Path == "" {
+		// Mounted at /console and asked for /console: send the browser to
+		// /console/ so relative links resolve under the prefix.
+		seg := lastSegment(requestPath(r))
+		if seg == "" {
+			seg = "."
+		}
+		redirect(w, seg+"/")
+		return
+	}
+	if !strings.HasPrefix(r.URL.Path, "/") {
+		c.notFound(w, r)
+		return
+	}
+	c.mux.ServeHTTP(w, r)
+}
+
+// contentSecurityPolicy allows the console's own stylesheet and nothing
+// else: no script at all, no inline styles, forms posting only to itself.
+const contentSecurityPolicy = "default-src 'none'; style-src 'self'; img-src 'self'; " +
+	"form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+
+// redirect answers 303 See Other with a relative Location, which the
+// browser resolves against the request URL (http.Redirect would resolve it
+// against r.URL.Path, which lacks the mount prefix).
+func redirect(w http.ResponseWriter, location string) {
+	w.Header().Set("Location", location)
+	w.WriteHeader(http.StatusSeeOther)
+}
+
+// requestPath returns the escaped path the client asked for, before any
+// prefix was stripped.
+func requestPath(r *http.Request) string {
+	if u, err := url.ParseRequestURI(r.RequestURI); err == nil && u.EscapedPath() != "" {
+		return u.EscapedPath()
+	}
+	return r.URL.EscapedPath()
+}
+
+// mountPrefix returns the escaped path prefix the console is mounted under
+// ("" at the root), derived from the request URI and the stripped path.
+func mountPrefix(r *http.Request) string {
+	orig, stripped := requestPath(r), r.URL.EscapedPath()
+	if strings.HasSuffix(orig, stripped) {
+		return strings.TrimSuffix(orig, stripped)
+	}
+	return ""
+}
+
+func lastSegment(p string) string {
+	p = strings.TrimSuffix(p, "/")
+	if i := strings.LastIndex(p, "/"); i >= 0 {
+		return p[i+1:]
+	}
+	return p
+}
+
+// relBase returns the relative path from the page at the (stripped) path p
+// back to the console's root: "./" for "/" and "/dead", "../" for
+// "/dead/ID".
+func relBase(p string) string {
+	depth := strings.Count(strings.TrimPrefix(p, "/"), "/")
+	if depth == 0 {
+		return "./"
+	}
+	return strings.Repeat("../", depth)
+}

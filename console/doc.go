@@ -1,0 +1,54 @@
+// Package console is bento's web console for operators: an [http.Handler]
+// that shows the outbox backlog and the dead letters and lets you requeue or
+// discard them.
+//
+// It is server-rendered HTML (html/template) with one embedded stylesheet:
+// no script, no CDN, nothing fetched from elsewhere, so it works on a closed
+// network and under a strict Content-Security-Policy.
+//
+// # Pages
+//
+//   - Overview (/): rows by status, how many are pending and the age of the
+//     oldest pending one, the backlog by topic and by tenant, and a chart of
+//     events published and failed per minute over the last 60 minutes
+//     (inline SVG, drawn on the server). A tenant filter narrows it all.
+//   - Dead letters (/dead): the dead rows, oldest first, with tenant, topic,
+//     aggregate, attempts, the last error and when it failed; filters by
+//     tenant and topic; a Requeue button per row and per topic.
+//   - A dead letter (/dead/{id}): every field, the full last error, the
+//     Requeue and Discard buttons, and the payload and metadata only when
+//     [Config].ShowPayloads is set.
+//
+// # Mounting
+//
+// [New] returns a [*Console]; mount it under any prefix with
+// [http.StripPrefix]. Every link, form and redirect it renders is relative,
+// so nothing needs to know the prefix:
+//
+//	con, err := console.New(store, &console.Config{ReadOnly: true})
+//	mux.Handle("/console/", http.StripPrefix("/console", con))
+//
+// The console has no login of its own: put it behind the authentication
+// your other operator endpoints use, or serve it on an internal address
+// (the bento CLI's "console --addr" does the latter).
+//
+// # Safety
+//
+// Every change is a POST form followed by a redirect (POST-redirect-GET)
+// with a message saying what happened. A POST must carry a CSRF token that
+// matches a SameSite=Strict cookie (HMAC-SHA256 under [Config].Secret), and
+// cross-origin browser requests are refused by their Sec-Fetch-Site or
+// Origin header; a refused POST gets 403 and a page saying why. With
+// [Config].ReadOnly no button is rendered and every POST gets 403.
+// Discarding asks for a confirmation box to be ticked.
+//
+// Every response carries Content-Security-Policy (default-src 'none', the
+// console's own stylesheet, no script), X-Frame-Options: DENY,
+// Referrer-Policy: same-origin, X-Content-Type-Options: nosniff and
+// Cache-Control: no-store. Everything shown is escaped by html/template. An
+// error of the store renders a 500 page with the error's message and is
+// logged.
+//
+// [Config].Tenant locks the console to one tenant: it shows only that
+// tenant's rows and can only change those.
+package console
