@@ -43,15 +43,23 @@ func claimSQL(d dialect.Dialect, byTenant bool) string {
 		where += tenantFilter
 	}
 	if d == dialect.Postgres {
+		// On a partitioned table (MigrateWith) the status condition of the
+		// UPDATE lets the planner leave sealed partitions (CHECK (status =
+		// 'sent')) out of the update as well as out of the CTE, and joining
+		// on created_at, the partition key, lets it prune the rest per row.
+		// On an unpartitioned table both are rechecks of a row found by id.
 		return `WITH ready AS (
-  SELECT o.id FROM outbox_events o
+  SELECT o.id, o.created_at FROM outbox_events o
   WHERE ` + where + `
   ORDER BY o.available_at, o.id
   LIMIT @limit
   FOR UPDATE SKIP LOCKED
 )
 UPDATE outbox_events SET ` + claimSet + `
-FROM ready WHERE outbox_events.id = ready.id
+FROM ready
+WHERE outbox_events.id = ready.id
+  AND outbox_events.created_at = ready.created_at
+  AND outbox_events.status IN ('new', 'publishing', 'failed')
 RETURNING outbox_events.*`
 	}
 	return `UPDATE outbox_events SET ` + claimSet + `
@@ -94,3 +102,13 @@ const purgeSentSQL = `DELETE FROM outbox_events WHERE id IN (
 
 const purgeSentTail = `
   ORDER BY published_at LIMIT @limit)`
+
+// freeDedupKeysSQL deletes one batch of the dedup keys a partitioned table
+// reserved for events created before @end whose rows are gone (their
+// partition was dropped). A row that landed in the default partition keeps
+// its key.
+const freeDedupKeysSQL = `DELETE FROM outbox_dedup_keys WHERE (tenant_id, dedup_key) IN (
+  SELECT k.tenant_id, k.dedup_key FROM outbox_dedup_keys k
+  WHERE k.created_at < @end
+    AND NOT EXISTS (SELECT 1 FROM outbox_events e WHERE e.id = k.event_id AND e.created_at = k.created_at)
+  LIMIT @limit)`

@@ -54,9 +54,10 @@ func (c *Config) withDefaults() (Config, error) {
 // Store reads and writes the outbox_events table. It is safe for concurrent
 // use.
 type Store struct {
-	db      *gorm.DB
-	dialect dialect.Dialect
-	cfg     Config
+	db          *gorm.DB
+	dialect     dialect.Dialect
+	cfg         Config
+	partitioned partitioned
 }
 
 // NewStore returns a store over db (PostgreSQL or SQLite). cfg may be nil.
@@ -244,11 +245,20 @@ func (s *Store) Insert(ctx context.Context, tx *gorm.DB, msgs []*Message) error 
 	// writes.
 	q := tx.WithContext(ctx).Session(&gorm.Session{CreateBatchSize: insertBatchSize})
 	if hasDedup {
-		q = q.Clauses(clause.OnConflict{
-			Columns:     []clause.Column{{Name: "tenant_id"}, {Name: "dedup_key"}},
-			TargetWhere: clause.Where{Exprs: []clause.Expression{clause.Expr{SQL: "dedup_key IS NOT NULL"}}},
-			DoNothing:   true,
-		})
+		partitioned, err := s.isPartitioned(ctx, tx)
+		if err != nil {
+			return err
+		}
+		// A partitioned table has no unique index on the dedup key for ON
+		// CONFLICT to name: its insert trigger skips a row whose key is
+		// taken, which counts the same below.
+		if !partitioned {
+			q = q.Clauses(clause.OnConflict{
+				Columns:     []clause.Column{{Name: "tenant_id"}, {Name: "dedup_key"}},
+				TargetWhere: clause.Where{Exprs: []clause.Expression{clause.Expr{SQL: "dedup_key IS NOT NULL"}}},
+				DoNothing:   true,
+			})
+		}
 	}
 	res := q.Create(msgs)
 	if res.Error != nil {

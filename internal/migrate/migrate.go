@@ -40,7 +40,37 @@ var fileRE = regexp.MustCompile(`^(\d+)_([a-z0-9_]+)\.sql$`)
 // Load reads the migrations for d from fsys (folder d.String()), sorted by
 // version.
 func Load(fsys fs.FS, d dialect.Dialect) ([]Migration, error) {
-	dir := d.String()
+	return LoadVariant(fsys, d, "")
+}
+
+// LoadVariant is Load with the files of folder <dialect>_<variant> laid
+// over those of folder <dialect>: a variant file replaces the dialect file
+// of the same name, so both variants share every later migration and record
+// the same versions and names. An empty variant is the dialect folder alone.
+func LoadVariant(fsys fs.FS, d dialect.Dialect, variant string) ([]Migration, error) {
+	ms, err := loadDir(fsys, d.String())
+	if err != nil || variant == "" {
+		return ms, err
+	}
+	over, err := loadDir(fsys, d.String()+"_"+variant)
+	if err != nil {
+		return nil, err
+	}
+	byVersion := map[int]int{}
+	for i, m := range ms {
+		byVersion[m.Version] = i
+	}
+	for _, o := range over {
+		i, ok := byVersion[o.Version]
+		if !ok || ms[i].Name != o.Name {
+			return nil, fmt.Errorf("migration variant %s/%03d_%s.sql replaces no file of %s", variant, o.Version, o.Name, d)
+		}
+		ms[i] = o
+	}
+	return ms, nil
+}
+
+func loadDir(fsys fs.FS, dir string) ([]Migration, error) {
 	entries, err := fs.ReadDir(fsys, dir)
 	if err != nil {
 		return nil, fmt.Errorf("read migrations: %w", err)
@@ -84,11 +114,19 @@ const lockKey = 0x62656e746f
 
 // Up applies every migration of component in fsys that is not yet recorded.
 func Up(ctx context.Context, db *gorm.DB, component string, fsys fs.FS) error {
+	return UpVariant(ctx, db, component, fsys, "")
+}
+
+// UpVariant is Up with the migrations of LoadVariant. Versions are recorded
+// under component whatever the variant, so a database keeps the variant its
+// first migration chose: later runs, with or without the variant, apply the
+// shared later files only.
+func UpVariant(ctx context.Context, db *gorm.DB, component string, fsys fs.FS, variant string) error {
 	d, err := dialect.Of(db)
 	if err != nil {
 		return err
 	}
-	ms, err := Load(fsys, d)
+	ms, err := LoadVariant(fsys, d, variant)
 	if err != nil {
 		return err
 	}

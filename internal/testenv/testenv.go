@@ -183,7 +183,7 @@ func SQLite(t testing.TB) *gorm.DB {
 
 // Backend is a database a behavioural suite runs on.
 type Backend struct {
-	// Name is "postgres" or "sqlite".
+	// Name is "postgres", "postgres-partitioned" or "sqlite".
 	Name string
 	// Open returns a fresh, empty database for one test.
 	Open func(t testing.TB) *gorm.DB
@@ -191,9 +191,12 @@ type Backend struct {
 	Notify bool
 	// SkipLocked reports whether the backend has FOR UPDATE SKIP LOCKED.
 	SkipLocked bool
+	// Partitioned reports whether bento's tables are created partitioned
+	// (see PartitionTables).
+	Partitioned bool
 }
 
-// Backends returns every database backend, PostgreSQL first.
+// Backends returns the plain database backends, PostgreSQL first.
 func Backends() []Backend {
 	return []Backend{
 		{Name: "postgres", Open: func(t testing.TB) *gorm.DB { db, _ := Postgres(t); return db }, Notify: true, SkipLocked: true},
@@ -201,11 +204,43 @@ func Backends() []Backend {
 	}
 }
 
+// partitionSetup is set by PartitionTables.
+var partitionSetup func(t testing.TB, db *gorm.DB)
+
+// PartitionTables makes ForEachBackend run every suite of the calling test
+// binary on a third backend, "postgres-partitioned": a fresh PostgreSQL
+// schema on which setup has created bento's tables partitioned before the
+// test starts. The suites' own Migrate calls then find the tables and keep
+// their layout, so the same tests run unchanged against partitioned tables.
+// Call it from an init function in a _test.go file; packages that do not
+// call it run on the plain backends only.
+func PartitionTables(setup func(t testing.TB, db *gorm.DB)) {
+	partitionSetup = setup
+}
+
+// suiteBackends returns the backends ForEachBackend runs on.
+func suiteBackends() []Backend {
+	bs := Backends()
+	if setup := partitionSetup; setup != nil {
+		bs = append(bs, Backend{
+			Name: "postgres-partitioned",
+			Open: func(t testing.TB) *gorm.DB {
+				db, _ := Postgres(t)
+				setup(t, db)
+				return db
+			},
+			Notify: true, SkipLocked: true, Partitioned: true,
+		})
+	}
+	return bs
+}
+
 // ForEachBackend runs fn as a parallel subtest on each backend with a fresh
-// database.
+// database: Backends, and "postgres-partitioned" in test binaries that call
+// PartitionTables.
 func ForEachBackend(t *testing.T, fn func(t *testing.T, b Backend, db *gorm.DB)) {
 	t.Helper()
-	for _, b := range Backends() {
+	for _, b := range suiteBackends() {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
 			fn(t, b, b.Open(t))

@@ -1,0 +1,540 @@
+// Package partition keeps bento's time-partitioned PostgreSQL tables
+// (outbox_events, inbox_messages): it records a table's interval, creates its
+// range partitions ahead of time, seals old partitions and drops the ones
+// past retention.
+//
+// Every step is its own short transaction that first takes a per-table
+// advisory lock (so several processes may run maintenance at once: their
+// steps take turns and each re-checks what is left to do) and then waits at
+// most the lock timeout for any table lock, so maintenance yields to the
+// relay instead of queueing it behind a long wait.
+//
+// Partitions are named <table>_pYYYYMMDD (daily) or <table>_pYYYYMM
+// (monthly); each table also has a <table>_default partition that catches
+// rows outside every range and is never dropped.
+package partition
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"gorm.io/gorm"
+
+	"github.com/bentoevents/bento/internal/dialect"
+)
+
+// Interval is the time span of one partition.
+type Interval int
+
+const (
+	// None means an unpartitioned table.
+	None Interval = iota
+	// Daily partitions span one UTC day.
+	Daily
+	// Monthly partitions span one UTC calendar month.
+	Monthly
+)
+
+// String returns "daily", "monthly" or "none".
+func (i Interval) String() string {
+	switch i {
+	case None:
+		return "none"
+	case Daily:
+		return "daily"
+	case Monthly:
+		return "monthly"
+	default:
+		return fmt.Sprintf("interval(%d)", int(i))
+	}
+}
+
+func parseInterval(s string) (Interval, error) {
+	for _, i := range []Interval{Daily, Monthly} {
+		if i.String() == s {
+			return i, nil
+		}
+	}
+	return None, fmt.Errorf("unknown partition interval %q", s)
+}
+
+// Start returns the start of the partition holding t, in UTC.
+func (i Interval) Start(t time.Time) time.Time {
+	t = t.UTC()
+	if i == Monthly {
+		return time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC)
+	}
+	return time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
+}
+
+// Add returns start moved by n partitions.
+func (i Interval) Add(start time.Time, n int) time.Time {
+	if i == Monthly {
+		return start.AddDate(0, n, 0)
+	}
+	return start.AddDate(0, 0, n)
+}
+
+func (i Interval) layout() string {
+	if i == Monthly {
+		return "200601"
+	}
+	return "20060102"
+}
+
+// Name returns the name of table's partition starting at start.
+func Name(table string, i Interval, start time.Time) string {
+	return table + "_p" + start.UTC().Format(i.layout())
+}
+
+var (
+	// ErrUnsupported is returned when partitioning is asked of a database
+	// other than PostgreSQL.
+	ErrUnsupported = errors.New("bento: partitioned tables need PostgreSQL")
+	// ErrNotPartitioned is returned for maintenance of a table that was not
+	// created partitioned, or when partitioning is asked of a table that
+	// already exists unpartitioned.
+	ErrNotPartitioned = errors.New("bento: table is not partitioned")
+	// ErrIntervalMismatch is returned when a table is migrated with another
+	// interval than the one it was created with.
+	ErrIntervalMismatch = errors.New("bento: table is partitioned with another interval")
+	// ErrLockTimeout is returned (in a *StepError) when a step could not
+	// take a table lock within the lock timeout, after retries. Run the
+	// maintenance again later; nothing was changed by that step.
+	ErrLockTimeout = errors.New("bento: partition maintenance timed out waiting for a lock")
+)
+
+// StepError says which maintenance step failed on which partition.
+type StepError struct {
+	// Table is the partitioned table, Partition the partition concerned.
+	Table, Partition string
+	// Step is "create", "seal", "drop" or "cleanup".
+	Step string
+	// Err is the cause; it wraps ErrLockTimeout for a lock timeout.
+	Err error
+}
+
+// Error implements error.
+func (e *StepError) Error() string {
+	return fmt.Sprintf("%s: %s partition %s: %v", e.Table, e.Step, e.Partition, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *StepError) Unwrap() error { return e.Err }
+
+// Table describes a partitioned table.
+type Table struct {
+	// Name is the partitioned (parent) table.
+	Name string
+	// Bound returns the range bound for time t as an SQL literal.
+	Bound func(t time.Time) string
+	// Pending, when set, returns a query yielding one boolean: whether the
+	// partition holds rows that must not be dropped. Such a partition is
+	// neither sealed nor dropped.
+	Pending func(partition string) string
+	// Seal, when set, is the CHECK expression a partition gets once every
+	// row in it is final (it must contradict Pending's condition), so the
+	// planner leaves sealed partitions out of queries for pending rows.
+	Seal string
+	// AfterDrop, when set, runs after partitions ending at or before end
+	// were dropped.
+	AfterDrop func(ctx context.Context, db *gorm.DB, end time.Time) error
+}
+
+// DefaultAhead is how many partitions after the current one are kept
+// created by default: 7 for Daily (a week), 2 for Monthly.
+func (i Interval) DefaultAhead() int {
+	if i == Monthly {
+		return 2
+	}
+	return 7
+}
+
+// Opts are the maintenance settings, already defaulted by the caller.
+type Opts struct {
+	// Ahead is how many partitions after the current one must exist.
+	// Zero means the interval's DefaultAhead.
+	Ahead int
+	// Retention: a partition whose range ended at least this long ago is
+	// dropped (unless Pending says otherwise).
+	Retention time.Duration
+	// SealAfter: a partition whose range ended at least this long ago is
+	// sealed once all its rows are final.
+	SealAfter time.Duration
+	// LockTimeout bounds every wait for a table lock.
+	LockTimeout time.Duration
+	// Now is the current time.
+	Now time.Time
+}
+
+// Result says what a maintenance run did.
+type Result struct {
+	// Created, Sealed and Dropped list the partitions each step changed.
+	Created, Sealed, Dropped []string
+	// Kept lists partitions due for sealing or dropping that were left
+	// alone because they still hold pending rows.
+	Kept []string
+	// Blocked lists partitions that could not be created because the
+	// default partition holds rows in their range.
+	Blocked []string
+}
+
+var nameRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,40}$`)
+
+const registry = `CREATE TABLE IF NOT EXISTS bento_partitioning (
+	parent_table VARCHAR(63) PRIMARY KEY,
+	part_interval VARCHAR(16) NOT NULL
+)`
+
+// Setup checks that t.Name was created partitioned, records its interval
+// (or checks it against the recorded one) and creates its partitions from
+// now's to ahead after it (zero: the interval's DefaultAhead).
+//
+// Errors: ErrUnsupported, ErrNotPartitioned, ErrIntervalMismatch, a
+// *StepError, or the database error.
+func Setup(ctx context.Context, db *gorm.DB, t Table, i Interval, now time.Time, ahead int, lockTimeout time.Duration) error {
+	if d, err := dialect.Of(db); err != nil || d != dialect.Postgres {
+		return fmt.Errorf("%w (%s)", ErrUnsupported, d)
+	}
+	if err := checkTable(ctx, db, t); err != nil {
+		return err
+	}
+	if err := db.WithContext(ctx).Exec(registry).Error; err != nil {
+		return fmt.Errorf("create bento_partitioning: %w", err)
+	}
+	if err := db.WithContext(ctx).Exec(`INSERT INTO bento_partitioning (parent_table, part_interval)
+		VALUES (?, ?) ON CONFLICT DO NOTHING`, t.Name, i.String()).Error; err != nil {
+		return fmt.Errorf("record interval: %w", err)
+	}
+	got, err := interval(ctx, db, t.Name)
+	if err != nil {
+		return err
+	}
+	if got != i {
+		return fmt.Errorf("%w: %s is %s, asked for %s", ErrIntervalMismatch, t.Name, got, i)
+	}
+	if ahead <= 0 {
+		ahead = i.DefaultAhead()
+	}
+	errs, err := ensure(ctx, db, t, i, now, ahead, lockTimeout, &Result{})
+	if err != nil {
+		return err
+	}
+	return errors.Join(errs...)
+}
+
+// checkTable checks t's name and that the table is partitioned.
+func checkTable(ctx context.Context, db *gorm.DB, t Table) error {
+	if !nameRE.MatchString(t.Name) {
+		return fmt.Errorf("invalid table name %q", t.Name)
+	}
+	var kind *string
+	if err := db.WithContext(ctx).Raw("SELECT relkind::text FROM pg_class WHERE oid = to_regclass(?)", t.Name).
+		Scan(&kind).Error; err != nil {
+		return fmt.Errorf("read %s: %w", t.Name, err)
+	}
+	if kind == nil || *kind != "p" {
+		return fmt.Errorf("%w: %s", ErrNotPartitioned, t.Name)
+	}
+	return nil
+}
+
+// interval returns the recorded interval of table.
+func interval(ctx context.Context, db *gorm.DB, table string) (Interval, error) {
+	var s []string
+	err := db.WithContext(ctx).Raw(`SELECT part_interval FROM bento_partitioning
+		WHERE to_regclass('bento_partitioning') IS NOT NULL AND parent_table = ?`, table).Scan(&s).Error
+	if err != nil {
+		return None, fmt.Errorf("read bento_partitioning: %w", err)
+	}
+	if len(s) == 0 {
+		return None, fmt.Errorf("%w: no interval recorded for %s", ErrNotPartitioned, table)
+	}
+	return parseInterval(s[0])
+}
+
+// Maintain creates t's partitions up to o.Ahead after the current one,
+// seals the old ones whose rows are all final, and drops those past
+// retention that hold no pending rows. It carries on past a failed step and
+// returns what it did with every step's error joined.
+//
+// Errors: ErrUnsupported, ErrNotPartitioned, *StepError (possibly wrapping
+// ErrLockTimeout), or the database error.
+func Maintain(ctx context.Context, db *gorm.DB, t Table, o Opts) (*Result, error) {
+	res := &Result{}
+	if d, err := dialect.Of(db); err != nil || d != dialect.Postgres {
+		return res, fmt.Errorf("%w (%s)", ErrUnsupported, d)
+	}
+	if err := checkTable(ctx, db, t); err != nil {
+		return res, err
+	}
+	i, err := interval(ctx, db, t.Name)
+	if err != nil {
+		return res, err
+	}
+	ahead := o.Ahead
+	if ahead <= 0 {
+		ahead = i.DefaultAhead()
+	}
+	errs, err := ensure(ctx, db, t, i, o.Now, ahead, o.LockTimeout, res)
+	if err != nil {
+		return res, err
+	}
+	parts, err := list(ctx, db, t.Name, i)
+	if err != nil {
+		return res, err
+	}
+	var droppedEnd time.Time
+	for _, p := range parts {
+		drop := !p.end.After(o.Now.Add(-o.Retention))
+		if t.Seal != "" && !p.sealed && !p.end.After(o.Now.Add(-o.SealAfter)) {
+			sealed, err := seal(ctx, db, t, p, o.LockTimeout)
+			switch {
+			case err != nil:
+				errs = append(errs, &StepError{Table: t.Name, Partition: p.name, Step: "seal", Err: err})
+			case sealed:
+				res.Sealed = append(res.Sealed, p.name)
+			case !drop:
+				res.Kept = append(res.Kept, p.name)
+			}
+		}
+		if !drop {
+			continue
+		}
+		dropped, err := dropPartition(ctx, db, t, p.name, o.LockTimeout)
+		switch {
+		case err != nil:
+			errs = append(errs, &StepError{Table: t.Name, Partition: p.name, Step: "drop", Err: err})
+		case dropped:
+			res.Dropped = append(res.Dropped, p.name)
+			if p.end.After(droppedEnd) {
+				droppedEnd = p.end
+			}
+		default:
+			res.Kept = append(res.Kept, p.name)
+		}
+	}
+	if !droppedEnd.IsZero() && t.AfterDrop != nil {
+		if err := t.AfterDrop(ctx, db, droppedEnd); err != nil {
+			errs = append(errs, &StepError{Table: t.Name, Partition: "before " + droppedEnd.Format(time.RFC3339), Step: "cleanup", Err: err})
+		}
+	}
+	return res, errors.Join(errs...)
+}
+
+// ensure creates the partitions from now's to ahead after it. Step errors
+// are returned in errs; err is a failure to read the catalog.
+func ensure(ctx context.Context, db *gorm.DB, t Table, i Interval, now time.Time, ahead int, lockTimeout time.Duration, res *Result) (errs []error, err error) {
+	start := i.Start(now)
+	for k := 0; k <= ahead; k++ {
+		from, to := i.Add(start, k), i.Add(start, k+1)
+		name := Name(t.Name, i, from)
+		created := false
+		err := step(ctx, db, t, lockTimeout, func(tx *gorm.DB) error {
+			var exists bool
+			if err := tx.Raw("SELECT to_regclass(?) IS NOT NULL", name).Scan(&exists).Error; err != nil {
+				return err
+			}
+			if exists {
+				return nil
+			}
+			// Create, then attach: ATTACH takes only SHARE UPDATE EXCLUSIVE on
+			// the parent (CREATE ... PARTITION OF takes ACCESS EXCLUSIVE), and
+			// ACCESS EXCLUSIVE on the default partition while it checks that
+			// the default holds no row of the new range.
+			if err := tx.Exec(fmt.Sprintf("CREATE TABLE %s (LIKE %s INCLUDING DEFAULTS INCLUDING CONSTRAINTS)",
+				name, t.Name)).Error; err != nil {
+				return err
+			}
+			if err := tx.Exec(fmt.Sprintf("ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM (%s) TO (%s)",
+				t.Name, name, t.Bound(from), t.Bound(to))).Error; err != nil {
+				return err
+			}
+			created = true
+			return nil
+		})
+		var pg *pgconn.PgError
+		switch {
+		case errors.As(err, &pg) && pg.Code == "23514":
+			// The default partition holds rows of this range (maintenance
+			// fell behind): they stay there, and the range stays uncovered.
+			res.Blocked = append(res.Blocked, name)
+		case err != nil:
+			errs = append(errs, &StepError{Table: t.Name, Partition: name, Step: "create", Err: err})
+		case created:
+			res.Created = append(res.Created, name)
+		}
+	}
+	return errs, nil
+}
+
+type part struct {
+	name       string
+	start, end time.Time
+	// constrained: the seal constraint exists; sealed: and is validated.
+	constrained, sealed bool
+}
+
+// list returns t's range partitions named by bento, oldest first.
+func list(ctx context.Context, db *gorm.DB, table string, i Interval) ([]part, error) {
+	type row struct {
+		Name        string
+		Constrained bool
+		Sealed      bool
+	}
+	var rows []row
+	err := db.WithContext(ctx).Raw(`SELECT c.relname AS name,
+		       k.oid IS NOT NULL AS constrained,
+		       COALESCE(k.convalidated, false) AS sealed
+		FROM pg_inherits h
+		JOIN pg_class c ON c.oid = h.inhrelid
+		LEFT JOIN pg_constraint k ON k.conrelid = c.oid AND k.conname = c.relname || '_sealed'
+		WHERE h.inhparent = to_regclass(?)
+		ORDER BY c.relname`, table).Scan(&rows).Error
+	if err != nil {
+		return nil, fmt.Errorf("list partitions of %s: %w", table, err)
+	}
+	var out []part
+	for _, r := range rows {
+		suffix, ok := strings.CutPrefix(r.Name, table+"_p")
+		if !ok {
+			continue // the default partition, or one bento did not make
+		}
+		start, err := time.Parse(i.layout(), suffix)
+		if err != nil {
+			continue
+		}
+		out = append(out, part{name: r.Name, start: start, end: i.Add(start, 1), constrained: r.Constrained, sealed: r.Sealed})
+	}
+	return out, nil
+}
+
+// errKeep rolls a step back when the partition holds pending rows.
+var errKeep = errors.New("partition holds pending rows")
+
+// seal adds the seal constraint to p, checking under its lock that no row
+// is pending, then validates it in a second transaction (which scans the
+// partition under SHARE UPDATE EXCLUSIVE, blocking neither reads nor
+// writes). It reports false when p holds pending rows.
+func seal(ctx context.Context, db *gorm.DB, t Table, p part, lockTimeout time.Duration) (bool, error) {
+	constraint := p.name + "_sealed"
+	if !p.constrained {
+		err := step(ctx, db, t, lockTimeout, func(tx *gorm.DB) error {
+			var state []bool
+			if err := tx.Raw(`SELECT k.oid IS NOT NULL FROM pg_class c
+				LEFT JOIN pg_constraint k ON k.conrelid = c.oid AND k.conname = ?
+				WHERE c.oid = to_regclass(?)`, constraint, p.name).Scan(&state).Error; err != nil {
+				return err
+			}
+			if len(state) == 0 || state[0] {
+				return nil // dropped or constrained by another process meanwhile
+			}
+			// NOT VALID: enforced for every write from now on, checked for
+			// the existing rows by the pending query below while this
+			// statement's ACCESS EXCLUSIVE lock keeps writers out.
+			if err := tx.Exec(fmt.Sprintf("ALTER TABLE %s ADD CONSTRAINT %s CHECK (%s) NOT VALID",
+				p.name, constraint, t.Seal)).Error; err != nil {
+				return err
+			}
+			return checkPending(tx, t, p.name)
+		})
+		if errors.Is(err, errKeep) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+	}
+	err := step(ctx, db, t, lockTimeout, func(tx *gorm.DB) error {
+		var exists bool
+		if err := tx.Raw("SELECT to_regclass(?) IS NOT NULL", p.name).Scan(&exists).Error; err != nil || !exists {
+			return err
+		}
+		return tx.Exec(fmt.Sprintf("ALTER TABLE %s VALIDATE CONSTRAINT %s", p.name, constraint)).Error
+	})
+	return err == nil, err
+}
+
+// dropPartition drops p unless it holds pending rows, which it checks under
+// an ACCESS EXCLUSIVE lock on the parent: no query reaches p meanwhile, and
+// every transaction that wrote to it has ended. It reports whether p was
+// dropped (or was already gone).
+func dropPartition(ctx context.Context, db *gorm.DB, t Table, name string, lockTimeout time.Duration) (bool, error) {
+	err := step(ctx, db, t, lockTimeout, func(tx *gorm.DB) error {
+		var exists bool
+		if err := tx.Raw("SELECT to_regclass(?) IS NOT NULL", name).Scan(&exists).Error; err != nil || !exists {
+			return err
+		}
+		// Parent first, as queries lock it: taking the partition first (as
+		// DROP TABLE alone does) could deadlock with a query that holds the
+		// parent and waits for the partition.
+		if err := tx.Exec(fmt.Sprintf("LOCK TABLE ONLY %s IN ACCESS EXCLUSIVE MODE", t.Name)).Error; err != nil {
+			return err
+		}
+		if err := checkPending(tx, t, name); err != nil {
+			return err
+		}
+		return tx.Exec("DROP TABLE " + name).Error
+	})
+	if errors.Is(err, errKeep) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// checkPending returns errKeep when partition holds pending rows.
+func checkPending(tx *gorm.DB, t Table, partition string) error {
+	if t.Pending == nil {
+		return nil
+	}
+	var pending bool
+	if err := tx.Raw(t.Pending(partition)).Scan(&pending).Error; err != nil {
+		return err
+	}
+	if pending {
+		return errKeep
+	}
+	return nil
+}
+
+// lockAttempts is how often a step that timed out on a lock is tried.
+const lockAttempts = 3
+
+// step runs fn in a transaction holding t's maintenance advisory lock, with
+// lock_timeout set for every other lock. A lock timeout is retried after a
+// pause; the last one is returned wrapping ErrLockTimeout.
+func step(ctx context.Context, db *gorm.DB, t Table, lockTimeout time.Duration, fn func(tx *gorm.DB) error) error {
+	for attempt := 1; ; attempt++ {
+		err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+			// Taken before lock_timeout is set: waiting for another
+			// maintainer blocks nobody else.
+			if err := tx.Exec("SELECT pg_advisory_xact_lock(hashtext('bento.partition'), hashtext(current_schema() || '.' || ?))",
+				t.Name).Error; err != nil {
+				return err
+			}
+			if err := tx.Exec(fmt.Sprintf("SET LOCAL lock_timeout = %d", max(lockTimeout.Milliseconds(), 1))).Error; err != nil {
+				return err
+			}
+			return fn(tx)
+		})
+		var pg *pgconn.PgError
+		if !errors.As(err, &pg) || pg.Code != "55P03" {
+			return err
+		}
+		if attempt == lockAttempts {
+			return fmt.Errorf("%w: %w", ErrLockTimeout, err)
+		}
+		pause := time.NewTimer(time.Duration(attempt) * lockTimeout)
+		select {
+		case <-ctx.Done():
+			pause.Stop()
+			return ctx.Err()
+		case <-pause.C:
+		}
+	}
+}
