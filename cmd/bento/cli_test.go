@@ -1,15 +1,20 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -517,4 +522,43 @@ func fieldLines(s string) []string {
 		out = append(out, strings.Join(strings.Fields(l), " "))
 	}
 	return out
+}
+
+func TestConsoleServesTheDashboard(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed(t, event{topic: "order.paid", aggType: "order", aggID: "a", status: outbox.StatusDead})
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "console", "--addr", "127.0.0.1:0", "--read-only")
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+e.dsn)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	require.NoError(t, cmd.Start())
+	lines := bufio.NewScanner(stdout)
+	require.True(t, lines.Scan(), "no output; stderr: %s", errb.String())
+	first := lines.Text()
+	require.True(t, strings.HasPrefix(first, "bento console: serving on http://127.0.0.1:"), first)
+	base := strings.TrimPrefix(first, "bento console: serving on ")
+
+	resp, err := http.Get(base + "dead")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Contains(t, string(body), "broker refused order.paid", "the dead letter is listed")
+	assert.NotContains(t, string(body), "<button", "read-only: no buttons")
+
+	resp, err = http.PostForm(base+"dead/requeue", url.Values{"topic": {"order.paid"}})
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusForbidden, resp.StatusCode, "read-only refuses every POST")
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	go func() { _, _ = io.Copy(io.Discard, stdout) }()
+	err = cmd.Wait()
+	assert.NoError(t, err, "SIGTERM shuts the console down cleanly; stderr: %s", errb.String())
 }

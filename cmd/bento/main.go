@@ -84,6 +84,7 @@ var commands = map[string]func(c *cli, ctx context.Context, args []string) error
 	"purge":       (*cli).purge,
 	"inbox":       (*cli).inbox,
 	"idempotency": (*cli).idempotency,
+	"console":     (*cli).console,
 }
 
 const usage = `usage: bento <command> [arguments]

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/bentoevents/bento/console"
+)
+
+// console serves the web console until ctx is done (SIGINT or SIGTERM).
+func (c *cli) console(ctx context.Context, args []string) error {
+	fs := c.newFlags("console", "[--addr 127.0.0.1:8081] [--read-only] [--show-payloads] [--tenant T] [--refresh 10s]")
+	addr := fs.String("addr", "127.0.0.1:8081", "listen address; the console has no login, so keep it internal")
+	readOnly := fs.Bool("read-only", false, "no requeue or discard buttons; every POST is refused")
+	payloads := fs.Bool("show-payloads", false, "show dead letters' payloads and metadata")
+	tenant := fs.String("tenant", "", "only this tenant")
+	refresh := fs.Duration("refresh", 0, "reload the overview at this interval (0: never)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected arguments %q", pos)
+	}
+	if *refresh < 0 {
+		return usagef("--refresh must not be negative")
+	}
+	st, done, err := c.store(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	con, err := console.New(st, &console.Config{
+		ReadOnly: *readOnly, ShowPayloads: *payloads, Tenant: *tenant, Refresh: *refresh,
+	})
+	if err != nil {
+		return usagef("%v", err)
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return usagef("listen on %s: %v", *addr, err)
+	}
+	if host, _, _ := net.SplitHostPort(*addr); !isLoopback(host) {
+		fmt.Fprintf(c.stderr, "bento console: warning: listening on %s; the console has no login of its own\n", *addr)
+	}
+	srv := &http.Server{Handler: con, ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(c.stdout, "bento console: serving on http://%s/\n", ln.Addr())
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shut down: %w", err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve: %w", err)
+	}
+	fmt.Fprintln(c.stdout, "bento console: stopped")
+	return nil
+}
+
+// isLoopback reports whether host is a loopback name or address.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
