@@ -60,7 +60,17 @@ func (s *pgSchema) drop() error {
 
 // gorm opens a GORM handle on the schema, with a pool of at most maxConns.
 func (s *pgSchema) gorm(maxConns int) (*gorm.DB, error) {
-	db, err := gorm.Open(postgres.Open(s.DSN), &gorm.Config{Logger: logger.Discard})
+	return s.gormAs("", maxConns)
+}
+
+// gormAs is gorm whose connections set application_name to app (none
+// when empty), so their backends can be found in pg_stat_activity.
+func (s *pgSchema) gormAs(app string, maxConns int) (*gorm.DB, error) {
+	dsn := s.DSN
+	if app != "" {
+		dsn += " application_name=" + app
+	}
+	db, err := gorm.Open(postgres.Open(dsn), &gorm.Config{Logger: logger.Discard})
 	if err != nil {
 		return nil, fmt.Errorf("open gorm: %w", err)
 	}

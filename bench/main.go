@@ -1,14 +1,16 @@
 // Command bench measures bento against Watermill's own outbox and a bare
 // pgx + amqp091 loop on one machine, in one run: the relay drain of a
 // backlog from PostgreSQL to RabbitMQ with publisher confirms, the
-// unit-of-work commit against the same GORM write without events, and the
-// claim cost beside few and many sent rows. It prints medians over the runs,
-// writes them as JSON and draws the drain chart as SVG.
+// commit-to-consumer latency at a steady rate (and the CPU of an idle
+// relay), the unit-of-work commit against the same GORM write without
+// events, the consumer's throughput with and without the inbox, and the
+// claim cost beside few and many sent rows. It prints medians over the
+// runs, writes them as JSON and draws charts as SVG.
 //
 // It is its own module, so watermill-sql and the like stay out of bento's
 // go.mod. From the repository root:
 //
-//	go -C bench run . [-scenarios=drain,commit,claim] [-runs=3] [-events=100000]
+//	go -C bench run . [-scenarios=drain,steady,commit,consume,claim] [-runs=3] [-events=100000]
 //
 // It needs PostgreSQL (database "test", user postgres) and RabbitMQ; see
 // -pg and -amqp. Each run works in a fresh schema and fresh
@@ -43,35 +45,54 @@ type options struct {
 	runs           int
 	events         int
 	out            string
-	docsChart      string
+	docs           string
 	commitDuration time.Duration
 	claim          claimConfig
+	steady         steadyConfig
+	consume        consumeConfig
 	from           string
 }
 
-var allScenarios = []string{"drain", "commit", "claim"}
+// allScenarios are the scenarios in the issue's order.
+var allScenarios = []string{"drain", "steady", "commit", "consume", "claim"}
 
 func parseFlags() (options, *env, error) {
 	var (
 		o         options
 		scenarios string
 		e         = &env{}
+		rates     = floatList{1000, 5000}
+		polls     = durationList{time.Second, 10 * time.Millisecond}
+		consumers = intList{1, 8}
+		handlers  = stringList(consumeHandlers)
 	)
-	flag.StringVar(&scenarios, "scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios to run: drain, commit, claim")
+	flag.StringVar(&scenarios, "scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios to run: "+strings.Join(allScenarios, ", "))
 	flag.IntVar(&o.runs, "runs", 3, "repetitions of each scenario; the tables show medians")
 	flag.IntVar(&o.events, "events", 100000, "events in the drain backlog (Watermill's forwarder relays at most 20,000 of them)")
-	flag.StringVar(&o.out, "out", "", "directory for results.json and drain.svg (default: the results folder beside this program)")
-	flag.StringVar(&o.docsChart, "docs-chart", "", `where to copy the drain chart (default: docs/benchmarks-drain.svg of the repository; "-" for nowhere)`)
+	flag.StringVar(&o.out, "out", "", "directory for the results JSON and the charts (default: the results folder beside this program)")
+	flag.StringVar(&o.docs, "docs", "", `directory to copy the charts into as benchmarks-<chart>.svg (default: docs of the repository; "-" for nowhere)`)
 	flag.DurationVar(&o.commitDuration, "commit-duration", 5*time.Second, "how long each commit measurement runs")
 	flag.IntVar(&o.claim.Pending, "claim-pending", 10000, "unsent rows in the claim scenario")
 	flag.IntVar(&o.claim.SentSmall, "claim-sent-small", 10000, "sent rows beside them, first measurement")
 	flag.IntVar(&o.claim.SentLarge, "claim-sent-large", 1000000, "sent rows beside them, second measurement")
 	flag.IntVar(&o.claim.Claims, "claims", 200, "claims measured at each size")
+	flag.Var(&rates, "steady-rates", "steady: events per second offered, comma-separated")
+	flag.DurationVar(&o.steady.Duration, "steady-duration", 10*time.Second, "steady: measured time at each rate")
+	flag.DurationVar(&o.steady.Warmup, "steady-warmup", 2*time.Second, "steady: time at each rate before measuring")
+	flag.IntVar(&o.steady.Writers, "steady-writers", 16, "steady: goroutines committing, each with its own account")
+	flag.DurationVar(&o.steady.Idle, "idle", 10*time.Second, "steady: how long the idle relays' CPU is measured (0: not at all)")
+	flag.Var(&polls, "peer-polls", "steady: poll intervals of Watermill's forwarder, comma-separated (empty: no peer)")
+	flag.Float64Var(&o.steady.PeerMaxRate, "peer-max-rate", 1000, "steady: highest rate the forwarder is offered (it relays about 1,400/s at most)")
+	flag.IntVar(&o.consume.Messages, "consume-messages", 20000, "consume: messages pre-published per measurement")
+	flag.Var(&consumers, "consume-consumers", "consume: competing consumers of the group, comma-separated")
+	flag.Var(&handlers, "consume-handlers", "consume: handlers, comma-separated: noop, write")
 	flag.StringVar(&o.from, "from", "", "measure nothing: print the tables of a results.json written earlier and redraw its chart")
 	flag.StringVar(&e.pgDSN, "pg", "host=127.0.0.1 port=5432 user=postgres dbname=test sslmode=disable", "PostgreSQL keyword/value DSN (search_path is added)")
 	flag.StringVar(&e.amqpURL, "amqp", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL")
 	flag.Parse()
 	o.claim.Limit = 100
+	o.steady.Rates, o.steady.PeerPolls = rates, polls
+	o.consume.Concurrency, o.consume.Handlers = consumers, handlers
 
 	for _, s := range strings.Split(scenarios, ",") {
 		s = strings.TrimSpace(s)
@@ -95,6 +116,7 @@ func parseFlags() (options, *env, error) {
 	if o.claim.SentLarge < o.claim.SentSmall {
 		errs = append(errs, errors.New("-claim-sent-large is below -claim-sent-small"))
 	}
+	errs = append(errs, o.steady.validate(), o.consume.validate())
 	if err := errors.Join(errs...); err != nil {
 		return o, nil, err
 	}
@@ -102,11 +124,11 @@ func parseFlags() (options, *env, error) {
 	if o.out == "" {
 		o.out = filepath.Join(dir, "results")
 	}
-	if o.docsChart == "" && found {
-		o.docsChart = filepath.Join(dir, "..", "docs", "benchmarks-drain.svg")
+	if o.docs == "" && found {
+		o.docs = filepath.Join(dir, "..", "docs")
 	}
-	if o.docsChart == "-" {
-		o.docsChart = ""
+	if o.docs == "-" {
+		o.docs = ""
 	}
 	e.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	return o, e, nil
@@ -163,6 +185,8 @@ func run() error {
 		payload    float64
 		commitRuns [][]commitResult
 		claimRuns  [][]claimPoint
+		steadyRuns []steadyResult
+		consRuns   []consumeResult
 	)
 	for r := 1; r <= o.runs; r++ {
 		if has("drain") {
@@ -190,6 +214,15 @@ func run() error {
 				e.log.Warn("cleanup", "err", err)
 			}
 		}
+		if has("steady") {
+			progress("run %d/%d steady: %s events/s, %v each after %v warm-up, %d writers", r, o.runs,
+				o.steady.ratesText(), o.steady.Duration, o.steady.Warmup, o.steady.Writers)
+			res, err := runSteady(ctx, e, o.steady, func(s string) { progress("  %s", s) })
+			if err != nil {
+				return fmt.Errorf("steady: %w", err)
+			}
+			steadyRuns = append(steadyRuns, res)
+		}
 		if has("commit") {
 			progress("run %d/%d commit: %v per measurement", r, o.runs, o.commitDuration)
 			res, err := runCommit(ctx, e, o.commitDuration)
@@ -200,6 +233,15 @@ func run() error {
 				progress("  %-5s x%d: %8s commits/s", c.Mode, c.Goroutines, thousands(c.Rate))
 			}
 			commitRuns = append(commitRuns, res)
+		}
+		if has("consume") {
+			progress("run %d/%d consume: %d messages, handlers %s, consumers %v", r, o.runs, o.consume.Messages,
+				strings.Join(o.consume.Handlers, ", "), o.consume.Concurrency)
+			res, err := runConsumeScenario(ctx, e, o.consume, func(s string) { progress("  %s", s) })
+			if err != nil {
+				return fmt.Errorf("consume: %w", err)
+			}
+			consRuns = append(consRuns, res)
 		}
 		if has("claim") {
 			progress("run %d/%d claim: %d pending rows beside %d, then %d sent rows", r, o.runs,
@@ -218,6 +260,12 @@ func run() error {
 
 	if has("drain") {
 		rep.Drain = summarizeDrain(variants, drainRuns, o.events, payload, setups)
+	}
+	if has("steady") {
+		rep.Steady = summarizeSteady(steadyRuns, o.steady)
+	}
+	if has("consume") {
+		rep.Consume = summarizeConsume(consRuns, o.consume)
 	}
 	if has("commit") {
 		rep.Commit = summarizeCommit(commitRuns, o.commitDuration)

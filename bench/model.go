@@ -43,14 +43,24 @@ func (Deposited) EventType() string { return topic }
 // memo pads the payload to about 300 bytes.
 var memo = strings.Repeat("monthly transfer from savings, see statement ", 5)[:200]
 
-// Deposit changes the balance, recording Deposited.
+// Deposit changes the balance, recording Deposited with a fresh reference.
 func (a *Account) Deposit(amount int64) error {
+	return a.DepositRef(amount, aggregate.NewID())
+}
+
+// DepositRef changes the balance, recording Deposited with reference ref
+// (the steady scenario numbers its events through it).
+func (a *Account) DepositRef(amount int64, ref string) error {
 	if amount <= 0 {
 		return errors.New("deposit must be positive")
 	}
 	a.Balance += amount
-	a.Record(Deposited{AccountID: a.ID, Amount: amount, Currency: "EUR", Reference: aggregate.NewID(), Memo: memo})
+	a.Record(a.deposited(amount, ref))
 	return nil
+}
+
+func (a *Account) deposited(amount int64, ref string) Deposited {
+	return Deposited{AccountID: a.ID, Amount: amount, Currency: "EUR", Reference: ref, Memo: memo}
 }
 
 // migrate creates the outbox and accounts tables in db.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -14,16 +15,18 @@ import (
 // Report is everything one invocation measured; it is written as
 // results.json.
 type Report struct {
-	Started   time.Time     `json:"started"`
-	Finished  time.Time     `json:"finished"`
-	Command   string        `json:"arguments"`
-	Scenarios []string      `json:"scenarios"`
-	Runs      int           `json:"runs"`
-	Machine   Machine       `json:"machine"`
-	Drain     *DrainReport  `json:"drain,omitempty"`
-	Commit    *CommitReport `json:"commit,omitempty"`
-	Claim     *ClaimReport  `json:"claim,omitempty"`
-	Targets   []Target      `json:"targets"`
+	Started   time.Time      `json:"started"`
+	Finished  time.Time      `json:"finished"`
+	Command   string         `json:"arguments"`
+	Scenarios []string       `json:"scenarios"`
+	Runs      int            `json:"runs"`
+	Machine   Machine        `json:"machine"`
+	Drain     *DrainReport   `json:"drain,omitempty"`
+	Steady    *SteadyReport  `json:"steady,omitempty"`
+	Commit    *CommitReport  `json:"commit,omitempty"`
+	Consume   *ConsumeReport `json:"consume,omitempty"`
+	Claim     *ClaimReport   `json:"claim,omitempty"`
+	Targets   []Target       `json:"targets"`
 }
 
 // Target is one of DESIGN.md's performance targets and whether this run
@@ -191,11 +194,17 @@ func (r *Report) targets() []Target {
 					Met: v.VsBareIndexed >= 0.8})
 		}
 	}
+	if r.Steady != nil {
+		ts = append(ts, steadyTargets(r.Steady)...)
+	}
 	if r.Commit != nil {
 		for _, row := range r.Commit.Rows {
 			ts = append(ts, Target{Name: fmt.Sprintf("commit uow/gorm, %d goroutine(s)", row.Goroutines), Want: ">= 0.80",
 				Got: row.Ratio, Met: row.Ratio >= 0.8})
 		}
+	}
+	if r.Consume != nil {
+		ts = append(ts, consumeTargets(r.Consume)...)
 	}
 	if r.Claim != nil {
 		ts = append(ts, Target{Name: fmt.Sprintf("claim p50 beside %d vs %d sent rows", r.Claim.Config.SentLarge, r.Claim.Config.SentSmall),
@@ -229,6 +238,9 @@ func printReport(w io.Writer, r *Report) {
 		}
 		tw.Flush()
 	}
+	if r.Steady != nil {
+		printSteady(w, r.Steady)
+	}
 	if c := r.Commit; c != nil {
 		fmt.Fprintf(w, "\nCommit: one aggregate update, with one event (uow) and without (gorm), %.0f s per measurement\n", c.SecondsPerMeasurement)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -237,6 +249,9 @@ func printReport(w io.Writer, r *Report) {
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%.2f\t\n", row.Goroutines, thousands(row.GORM), thousands(row.UOW), row.Ratio)
 		}
 		tw.Flush()
+	}
+	if r.Consume != nil {
+		printConsume(w, r.Consume)
 	}
 	if c := r.Claim; c != nil {
 		fmt.Fprintf(w, "\nClaim: %d rows from %s pending, each claim followed by a release; %d claims per size\n",
@@ -261,7 +276,7 @@ func printReport(w io.Writer, r *Report) {
 		if t.Met {
 			met = "met"
 		}
-		fmt.Fprintf(w, "  %-62s want %-7s got %6.3f  %s\n", t.Name, t.Want, t.Got, met)
+		fmt.Fprintf(w, "  %-66s want %-7s got %9.3f  %s\n", t.Name, t.Want, t.Got, met)
 	}
 }
 
@@ -286,8 +301,8 @@ func percent(x float64) string {
 	return fmt.Sprintf("%.0f%%", 100*x)
 }
 
-// redraw prints the tables of the report in o.from and writes its chart
-// beside it and to o.docsChart.
+// redraw prints the tables of the report in o.from and writes its charts
+// beside it and into o.docs.
 func redraw(o options) error {
 	data, err := os.ReadFile(o.from)
 	if err != nil {
@@ -298,25 +313,56 @@ func redraw(o options) error {
 		return fmt.Errorf("%s: %w", o.from, err)
 	}
 	printReport(os.Stdout, &r)
-	if r.Drain == nil {
-		return nil
-	}
-	svg := []byte(drainSVG(&r))
-	paths := []string{filepath.Join(filepath.Dir(o.from), "drain.svg")}
-	if o.docsChart != "" {
-		paths = append(paths, o.docsChart)
-	}
-	for _, p := range paths {
-		if err := writeFile(p, svg); err != nil {
-			return err
-		}
-		progress("wrote %s", p)
-	}
-	return nil
+	return writeFiles(chartFiles(&r, filepath.Dir(o.from), o.docs))
 }
 
-// writeOutputs writes results.json and drain.svg into o.out, and the chart
-// to o.docsChart, each through a temporary file renamed into place.
+// charts draws the charts of the scenarios r holds, by name ("drain",
+// "steady", "consume").
+func charts(r *Report) map[string]string {
+	out := map[string]string{}
+	if r.Drain != nil {
+		out["drain"] = drainSVG(r)
+	}
+	if r.Steady != nil && len(r.Steady.Rows) > 0 {
+		out["steady"] = steadySVG(r)
+	}
+	if r.Consume != nil && len(r.Consume.Rows) > 0 {
+		out["consume"] = consumeSVG(r)
+	}
+	return out
+}
+
+// chartFiles places each chart as <name>.svg in dir and as
+// benchmarks-<name>.svg in docs (when not empty).
+func chartFiles(r *Report, dir, docs string) map[string][]byte {
+	files := map[string][]byte{}
+	for name, svg := range charts(r) {
+		files[filepath.Join(dir, name+".svg")] = []byte(svg)
+		if docs != "" {
+			files[filepath.Join(docs, "benchmarks-"+name+".svg")] = []byte(svg)
+		}
+	}
+	return files
+}
+
+// resultsName is the JSON file a run writes: results.json for every
+// scenario, results-<scenario>-….json for a selection, so a partial run
+// does not replace the full one.
+func resultsName(scenarios []string) string {
+	if len(scenarios) == len(allScenarios) {
+		return "results.json"
+	}
+	sorted := make([]string, 0, len(scenarios))
+	for _, s := range allScenarios { // in the canonical order
+		if slices.Contains(scenarios, s) {
+			sorted = append(sorted, s)
+		}
+	}
+	return "results-" + strings.Join(sorted, "-") + ".json"
+}
+
+// writeOutputs writes the results JSON and the charts into o.out, and the
+// charts into o.docs, each through a temporary file renamed into place.
 func writeOutputs(r *Report, o options) error {
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
@@ -325,16 +371,19 @@ func writeOutputs(r *Report, o options) error {
 	if err != nil {
 		return err
 	}
-	files := map[string][]byte{filepath.Join(o.out, "results.json"): append(js, '\n')}
-	if r.Drain != nil {
-		svg := []byte(drainSVG(r))
-		files[filepath.Join(o.out, "drain.svg")] = svg
-		if o.docsChart != "" {
-			files[o.docsChart] = svg
-		}
+	files := chartFiles(r, o.out, o.docs)
+	files[filepath.Join(o.out, resultsName(r.Scenarios))] = append(js, '\n')
+	return writeFiles(files)
+}
+
+func writeFiles(files map[string][]byte) error {
+	paths := make([]string, 0, len(files))
+	for p := range files {
+		paths = append(paths, p)
 	}
-	for path, data := range files {
-		if err := writeFile(path, data); err != nil {
+	slices.Sort(paths)
+	for _, path := range paths {
+		if err := writeFile(path, files[path]); err != nil {
 			return err
 		}
 		progress("wrote %s", path)
@@ -372,6 +421,6 @@ func drainSVG(r *Report) string {
 	}
 	sub := fmt.Sprintf("%s events (forwarder: %s), %s · %s, %d cores · PostgreSQL %s · %s · %s",
 		thousands(float64(d.Events)), thousands(float64(d.PeerEvents)), runs, m.CPU, m.Cores,
-		strings.Fields(m.PostgreSQL + " ")[0], m.RabbitMQ, m.Go)
+		pgVersion(m), m.RabbitMQ, m.Go)
 	return drainChart(title, sub, bars)
 }

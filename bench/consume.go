@@ -1,0 +1,398 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"gorm.io/gorm"
+
+	"github.com/bentoevents/bento/aggregate"
+	"github.com/bentoevents/bento/inbox"
+	"github.com/bentoevents/bento/messaging"
+	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/uow"
+)
+
+// consumeConfig sizes the consumer scenario.
+type consumeConfig struct {
+	Messages    int      `json:"messages"`
+	Concurrency []int    `json:"consumers"`
+	Handlers    []string `json:"handlers"`
+}
+
+// consumeHandlers are the handlers measured, with and without the inbox:
+// "noop" decodes the event and counts it, "write" also inserts one row
+// (through uow.DB, so with the inbox it joins the inbox's transaction and
+// without it is a statement of its own).
+var consumeHandlers = []string{"noop", "write"}
+
+// consumeModes are the ways each handler is run.
+var consumeModes = []string{"inbox", "plain"}
+
+// receiptsTable is what the "write" handler inserts into.
+const receiptsTable = "bench_receipts"
+
+// consumeRun is one handler, mode and consumer count in one run.
+type consumeRun struct {
+	Handler   string  `json:"handler"`
+	Mode      string  `json:"mode"`
+	Consumers int     `json:"consumers"`
+	Messages  int     `json:"messages"`
+	Seconds   float64 `json:"seconds"`
+	Rate      float64 `json:"messages_per_second"`
+}
+
+// consumeKey names a measurement in the results, e.g. "inbox/write/x8".
+func consumeKey(mode, handler string, consumers int) string {
+	return fmt.Sprintf("%s/%s/x%d", mode, handler, consumers)
+}
+
+// counter counts handled messages and notes when the first and the
+// want-th were handled.
+type counter struct {
+	want        int64
+	n           atomic.Int64
+	first, last atomic.Int64 // UnixNano
+	done        chan struct{}
+}
+
+func newCounter(want int) *counter { return &counter{want: int64(want), done: make(chan struct{})} }
+
+func (c *counter) add() {
+	now := time.Now().UnixNano()
+	c.first.CompareAndSwap(0, now)
+	if c.n.Add(1) == c.want {
+		c.last.Store(now)
+		close(c.done)
+	}
+}
+
+// rate is the messages per second between the first and the want-th
+// message handled: want-1 messages after the first.
+func (c *counter) rate() (seconds, rate float64) {
+	d := time.Duration(c.last.Load() - c.first.Load())
+	if d <= 0 || c.want < 2 {
+		return d.Seconds(), 0
+	}
+	return d.Seconds(), float64(c.want-1) / d.Seconds()
+}
+
+// handlerFunc is the handler under test: the same function with and
+// without the inbox.
+func handlerFunc(kind string, db *gorm.DB, c *counter) func(ctx context.Context, e Deposited, env *messaging.Envelope) error {
+	return func(ctx context.Context, e Deposited, env *messaging.Envelope) error {
+		if kind == "write" {
+			err := uow.DB(ctx, db).Exec("INSERT INTO "+receiptsTable+" (event_id, account_id, amount) VALUES (?, ?, ?)",
+				env.ID, e.AccountID, e.Amount).Error
+			if err != nil {
+				return err
+			}
+		}
+		c.add()
+		return nil
+	}
+}
+
+// consumeBed is the schema and messages of one run.
+type consumeBed struct {
+	e      *env
+	schema *pgSchema
+	db     *gorm.DB
+	msgs   []messaging.Outgoing
+	cfg    consumeConfig
+}
+
+func newConsumeBed(ctx context.Context, e *env, cfg consumeConfig) (b *consumeBed, err error) {
+	s, err := e.newSchema(ctx)
+	if err != nil {
+		return nil, err
+	}
+	b = &consumeBed{e: e, schema: s, cfg: cfg}
+	defer func() {
+		if err != nil {
+			b.close()
+		}
+	}()
+	maxC := 1
+	for _, c := range cfg.Concurrency {
+		maxC = max(maxC, c)
+	}
+	if b.db, err = s.gorm(2*maxC + 4); err != nil {
+		return nil, err
+	}
+	if err := outbox.Migrate(ctx, b.db); err != nil {
+		return nil, err
+	}
+	if err := inbox.Migrate(ctx, b.db); err != nil {
+		return nil, err
+	}
+	if err := b.db.WithContext(ctx).Exec("CREATE TABLE " + receiptsTable +
+		" (event_id text PRIMARY KEY, account_id text NOT NULL, amount bigint NOT NULL)").Error; err != nil {
+		return nil, err
+	}
+	b.msgs, err = consumeMessages(cfg.Messages)
+	return b, err
+}
+
+// consumeMessages builds n events in bento's wire format, as the
+// projector publishes them: ten deposits each to n/10 accounts.
+func consumeMessages(n int) ([]messaging.Outgoing, error) {
+	out := make([]messaging.Outgoing, n)
+	now := time.Now().UTC()
+	for i := range out {
+		a := &Account{}
+		a.ID = fmt.Sprintf("cons-%06d", i/10)
+		payload, err := json.Marshal(a.deposited(int64(i+1), aggregate.NewID()))
+		if err != nil {
+			return nil, err
+		}
+		m, err := messaging.NewMessage(&outbox.Message{
+			ID: aggregate.NewID(), TenantID: "default", Topic: topic, AggregateType: "account",
+			AggregateID: a.ID, AggregateVersion: int64(i%10 + 1), SchemaVersion: 1,
+			Payload: payload, OccurredAt: now, CreatedAt: now,
+		})
+		if err != nil {
+			return nil, err
+		}
+		out[i] = messaging.Outgoing{Topic: topic, Message: m}
+	}
+	return out, nil
+}
+
+func (b *consumeBed) close() {
+	if b.db != nil {
+		closeGorm(b.db)
+	}
+	if err := b.schema.drop(); err != nil {
+		b.e.log.Warn("cleanup", "err", err)
+	}
+}
+
+// fill declares group's queue and publishes every message to it with
+// confirms, then waits until the queue holds them all.
+func (b *consumeBed) fill(ctx context.Context, cfg *messaging.AMQPConfig, group string) error {
+	if err := messaging.DeclareQueue(ctx, cfg, group, topic); err != nil {
+		return err
+	}
+	pub, err := messaging.NewConfirmPublisher(cfg)
+	if err != nil {
+		return err
+	}
+	defer pub.Close()
+	const batch = 500
+	for lo := 0; lo < len(b.msgs); lo += batch {
+		if err := errors.Join(pub.PublishBatch(ctx, b.msgs[lo:min(lo+batch, len(b.msgs))])...); err != nil {
+			return fmt.Errorf("publish: %w", err)
+		}
+	}
+	_, err = b.e.waitDepth(ctx, group, len(b.msgs), time.Minute)
+	return err
+}
+
+// runConsume measures one handler in one mode with n competing consumers
+// of one group draining the pre-filled queue.
+func runConsume(ctx context.Context, b *consumeBed, handler, mode string, n int) (consumeRun, error) {
+	r := consumeRun{Handler: handler, Mode: mode, Consumers: n, Messages: len(b.msgs)}
+	for _, q := range []string{"TRUNCATE inbox_messages", "TRUNCATE " + receiptsTable, "CHECKPOINT"} {
+		if err := b.db.WithContext(ctx).Exec(q).Error; err != nil {
+			return r, err
+		}
+	}
+	names := newAMQPNames()
+	group := names.Queue
+	defer func() {
+		for _, n := range []amqpNames{names, {Exchange: names.Exchange + ".dead", Queue: group + ".dead"}} {
+			if err := b.e.deleteTopology(n); err != nil {
+				b.e.log.Warn("cleanup", "err", err)
+			}
+		}
+	}()
+	cfg := &messaging.AMQPConfig{URL: b.e.amqpURL, Exchange: names.Exchange, Logger: b.e.log}
+	if err := b.fill(ctx, cfg, group); err != nil {
+		return r, err
+	}
+
+	c := newCounter(len(b.msgs))
+	fn := handlerFunc(handler, b.db, c)
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var runs []func(context.Context) error
+	switch mode {
+	case "inbox":
+		for range n {
+			cc := inbox.DefaultConsumerConfig(group)
+			cc.CloseTimeout, cc.Logger = 10*time.Second, b.e.log
+			cons, err := inbox.NewAMQPConsumer(ctx, b.db, cfg, cc)
+			if err != nil {
+				return r, err
+			}
+			if err := inbox.Handle(cons, fn); err != nil {
+				return r, err
+			}
+			runs = append(runs, cons.Run)
+		}
+	case "plain":
+		run, err := plainConsumer(cfg, group, n, b.e, fn)
+		if err != nil {
+			return r, err
+		}
+		runs = append(runs, run)
+	default:
+		return r, fmt.Errorf("unknown mode %q", mode)
+	}
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for _, run := range runs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := run(cctx); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	timeout := time.NewTimer(10 * time.Minute)
+	defer timeout.Stop()
+	var waitErr error
+	select {
+	case <-c.done:
+	case <-timeout.C:
+		waitErr = fmt.Errorf("handled %d of %d messages in 10 minutes", c.n.Load(), c.want)
+	case <-ctx.Done():
+		waitErr = ctx.Err()
+	}
+	cancel()
+	wg.Wait()
+	if err := errors.Join(append(errs, waitErr)...); err != nil {
+		return r, err
+	}
+	r.Seconds, r.Rate = c.rate()
+	return r, b.check(ctx, handler, mode, group)
+}
+
+// check verifies that every message took effect once: one inbox record
+// each (inbox mode) and one receipt each ("write").
+func (b *consumeBed) check(ctx context.Context, handler, mode, group string) error {
+	count := func(q string, args ...any) (int, error) {
+		var n int
+		err := b.db.WithContext(ctx).Raw(q, args...).Scan(&n).Error
+		return n, err
+	}
+	want := len(b.msgs)
+	if mode == "inbox" {
+		n, err := count("SELECT count(*) FROM inbox_messages WHERE consumer = ?", group)
+		if err != nil {
+			return err
+		}
+		if n != want {
+			return fmt.Errorf("inbox holds %d records, want %d", n, want)
+		}
+	}
+	if handler == "write" {
+		n, err := count("SELECT count(*) FROM " + receiptsTable)
+		if err != nil {
+			return err
+		}
+		if n != want {
+			return fmt.Errorf("%s holds %d rows, want %d", receiptsTable, n, want)
+		}
+	}
+	return nil
+}
+
+// plainConsumer returns a Watermill router running fn for n competing
+// subscriptions of group, each on its own bento AMQPSubscriber: the
+// inbox consumer's decoding, retry and recoverer, without the inbox (and
+// without the dead-letter middleware, which costs nothing until a message
+// fails).
+func plainConsumer(cfg *messaging.AMQPConfig, group string, n int, e *env,
+	fn func(context.Context, Deposited, *messaging.Envelope) error) (func(context.Context) error, error) {
+	reg := messaging.NewRegistry()
+	if err := messaging.Register[Deposited](reg); err != nil {
+		return nil, err
+	}
+	wlog := watermill.NewSlogLogger(e.log)
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, wlog)
+	if err != nil {
+		return nil, err
+	}
+	retry := middleware.Retry{MaxRetries: 5, InitialInterval: 100 * time.Millisecond, MaxInterval: 10 * time.Second,
+		Multiplier: 2, RandomizationFactor: 0.5, ResetContextOnRetry: true, Logger: wlog}
+	router.AddMiddleware(retry.Middleware, middleware.Recoverer)
+	dispatch := func(msg *message.Message) error {
+		env, err := messaging.Decode(msg)
+		if err != nil {
+			return err
+		}
+		ev, err := reg.Decode(env)
+		if err != nil {
+			return err
+		}
+		d, ok := ev.(Deposited)
+		if !ok {
+			return fmt.Errorf("event %s decoded as %T", env.ID, ev)
+		}
+		return fn(msg.Context(), d, env)
+	}
+	var subs []*messaging.AMQPSubscriber
+	for i := range n {
+		sub, err := messaging.NewAMQPSubscriber(cfg, group, topic)
+		if err != nil {
+			for _, s := range subs {
+				_ = s.Close()
+			}
+			return nil, err
+		}
+		subs = append(subs, sub)
+		router.AddConsumerHandler(fmt.Sprintf("%s-%d", group, i), group, sub, dispatch)
+	}
+	return func(ctx context.Context) error {
+		defer func() {
+			for _, s := range subs {
+				_ = s.Close()
+			}
+		}()
+		return router.Run(ctx)
+	}, nil
+}
+
+// consumeResult is one run of the consumer scenario.
+type consumeResult []consumeRun
+
+// runConsumeScenario runs every handler, mode and consumer count once, in
+// a fresh schema.
+func runConsumeScenario(ctx context.Context, e *env, cfg consumeConfig, report func(string)) (consumeResult, error) {
+	b, err := newConsumeBed(ctx, e, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer b.close()
+	var out consumeResult
+	for _, h := range cfg.Handlers {
+		for _, n := range cfg.Concurrency {
+			for _, mode := range consumeModes {
+				r, err := runConsume(ctx, b, h, mode, n)
+				if err != nil {
+					return out, fmt.Errorf("%s: %w", consumeKey(mode, h, n), err)
+				}
+				report(fmt.Sprintf("%-18s %6s messages in %6.2f s: %8s msg/s", consumeKey(mode, h, n),
+					thousands(float64(r.Messages)), r.Seconds, thousands(r.Rate)))
+				out = append(out, r)
+			}
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,626 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/bentoevents/bento/messaging"
+	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/projector"
+	"github.com/bentoevents/bento/uow"
+)
+
+// steadyConfig sizes the steady scenario.
+type steadyConfig struct {
+	Rates    []float64     `json:"rates"`
+	Duration time.Duration `json:"duration_ns"`
+	// Warmup is run at the same rate before Duration; its events are not
+	// counted.
+	Warmup  time.Duration `json:"warmup_ns"`
+	Writers int           `json:"writers"`
+	Idle    time.Duration `json:"idle_ns"`
+	// PeerPolls are the poll intervals Watermill's forwarder is run with,
+	// at the rates up to PeerMaxRate.
+	PeerPolls   []time.Duration `json:"peer_polls_ns"`
+	PeerMaxRate float64         `json:"peer_max_rate"`
+}
+
+// steadyTick is how often the schedule hands out the events that came due.
+const steadyTick = time.Millisecond
+
+// refPrefix starts the Reference of every steady event; the sequence
+// number follows.
+const refPrefix = "seq-"
+
+func seqRef(seq int) string { return refPrefix + strconv.Itoa(seq) }
+
+// parseSeq reads the sequence number back from an event's JSON payload.
+func parseSeq(payload []byte) (int, error) {
+	var p struct {
+		Reference string `json:"reference"`
+	}
+	if err := json.Unmarshal(payload, &p); err != nil {
+		return 0, err
+	}
+	s, ok := strings.CutPrefix(p.Reference, refPrefix)
+	if !ok {
+		return 0, fmt.Errorf("reference %q is not %s<n>", p.Reference, refPrefix)
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("reference %q is not %s<n>", p.Reference, refPrefix)
+	}
+	return n, nil
+}
+
+// tracker records, per scheduled event, when (since t0, on the monotonic
+// clock) its commit started, when Commit returned and when the consumer
+// received it. Zero means never.
+type tracker struct {
+	t0                      time.Time
+	started, commit, recv   []atomic.Int64
+	received, dup, unknowns atomic.Int64
+}
+
+func newTracker(n int) *tracker {
+	return &tracker{t0: time.Now(), started: make([]atomic.Int64, n), commit: make([]atomic.Int64, n),
+		recv: make([]atomic.Int64, n)}
+}
+
+func (t *tracker) now() int64 { return int64(time.Since(t.t0)) }
+
+// receive records a receipt of seq; later receipts of it are duplicates.
+func (t *tracker) receive(seq int, at int64) {
+	if seq < 0 || seq >= len(t.recv) {
+		t.unknowns.Add(1)
+		return
+	}
+	if t.recv[seq].CompareAndSwap(0, at) {
+		t.received.Add(1)
+	} else {
+		t.dup.Add(1)
+	}
+}
+
+// steadyRun is one relay at one rate in one run.
+type steadyRun struct {
+	Rate      float64 `json:"offered_per_second"`
+	Scheduled int     `json:"scheduled"`
+	Committed int     `json:"committed"`
+	Received  int     `json:"received"`
+	// Achieved is the measured events committed per second of the
+	// measured window (from its start until the last of them committed).
+	Achieved float64 `json:"achieved_per_second"`
+	// Latency is commit-return to receipt; Commit is the commit call
+	// itself; Lag is how late commits started after their due time.
+	Latency  latencies `json:"latency"`
+	Commit   latencies `json:"commit"`
+	Lag      latencies `json:"schedule_lag"`
+	Negative int       `json:"received_before_commit_returned,omitempty"`
+	Dups     int64     `json:"duplicate_receipts,omitempty"`
+	Unknown  int64     `json:"unknown_receipts,omitempty"`
+}
+
+// summarizeTracker turns a tracker into a steadyRun over the events from
+// seq first on; start is when the schedule started (since t0), and
+// measured the wall time of the measured window.
+func summarizeTracker(t *tracker, rate float64, first int, start time.Duration, measured time.Duration) steadyRun {
+	r := steadyRun{Rate: rate, Scheduled: len(t.commit) - first, Dups: t.dup.Load(), Unknown: t.unknowns.Load()}
+	var lat, commit, lag []time.Duration
+	var last time.Duration
+	for i := first; i < len(t.commit); i++ {
+		c := time.Duration(t.commit[i].Load())
+		if c == 0 {
+			continue
+		}
+		r.Committed++
+		last = max(last, c)
+		s := time.Duration(t.started[i].Load())
+		commit = append(commit, c-s)
+		due := start + time.Duration(float64(i)/rate*float64(time.Second))
+		lag = append(lag, s-due)
+		if rv := time.Duration(t.recv[i].Load()); rv != 0 {
+			r.Received++
+			lat = append(lat, rv-c)
+			if rv < c {
+				r.Negative++
+			}
+		}
+	}
+	r.Latency, r.Commit, r.Lag = summarize(lat), summarize(commit), summarize(lag)
+	window := last - start - time.Duration(float64(first)/rate*float64(time.Second))
+	if window < measured {
+		window = measured // the last commit returned early in its last interval
+	}
+	r.Achieved = float64(r.Committed) / window.Seconds()
+	return r
+}
+
+// commitFunc commits event seq, changing account a, and returns once the
+// commit returned.
+type commitFunc func(ctx context.Context, a *Account, seq int) error
+
+// offer runs cfg.Writers goroutines, each with its own account, committing
+// the events of an open-loop schedule at rate for warmup + duration. It
+// returns the schedule's start (since tr.t0) once every writer has
+// stopped: after the schedule, or at twice its length if they fell behind.
+func offer(ctx context.Context, tr *tracker, rate float64, d time.Duration, accounts []*Account, commit commitFunc) (time.Duration, error) {
+	p := &pacer{rate: rate, total: len(tr.commit)}
+	jobs := make(chan job, p.total)
+	start := time.Now()
+	startOff := start.Sub(tr.t0)
+	stopAt := start.Add(2 * d)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go schedule(ctx, p, start, steadyTick, jobs)
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for _, a := range accounts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				if time.Now().After(stopAt) {
+					cancel()
+					return
+				}
+				tr.started[j.seq].Store(tr.now())
+				if err := commit(ctx, a, j.seq); err != nil {
+					if ctx.Err() == nil {
+						mu.Lock()
+						errs = append(errs, fmt.Errorf("event %d: %w", j.seq, err))
+						mu.Unlock()
+					}
+					cancel()
+					return
+				}
+				tr.commit[j.seq].Store(tr.now())
+			}
+		}()
+	}
+	wg.Wait()
+	return startOff, errors.Join(errs...)
+}
+
+// waitReceived waits until the consumer has received want events, or
+// timeout passes (then it returns without error; the run reports what
+// arrived).
+func waitReceived(ctx context.Context, tr *tracker, want int, timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for int(tr.received.Load()) < want && time.Now().Before(deadline) && ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// receiver consumes a queue with amqp091 directly (manual acks, 2,000
+// unacked ahead) and records each message's receipt in tr.
+type receiver struct {
+	conn *amqp.Connection
+	done chan struct{}
+}
+
+func startReceiver(e *env, queue string, tr *tracker) (*receiver, error) {
+	conn, err := amqp.Dial(e.amqpURL)
+	if err != nil {
+		return nil, fmt.Errorf("dial AMQP: %w", err)
+	}
+	ch, err := conn.Channel()
+	if err == nil {
+		err = ch.Qos(2000, 0, false)
+	}
+	var deliveries <-chan amqp.Delivery
+	if err == nil {
+		deliveries, err = ch.Consume(queue, "", false, false, false, false, nil)
+	}
+	if err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("consume %s: %w", queue, err)
+	}
+	r := &receiver{conn: conn, done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		for d := range deliveries {
+			at := tr.now()
+			seq, err := parseSeq(d.Body)
+			if err != nil {
+				tr.unknowns.Add(1)
+			} else {
+				tr.receive(seq, at)
+			}
+			_ = d.Ack(false)
+		}
+	}()
+	return r, nil
+}
+
+func (r *receiver) close() {
+	_ = r.conn.Close()
+	<-r.done
+}
+
+// newAccounts creates n accounts named prefix-<i> in one unit of work.
+func newAccounts(ctx context.Context, units *uow.Manager, prefix string, n int) ([]*Account, error) {
+	accounts := make([]*Account, n)
+	err := units.Run(ctx, func(ctx context.Context, u *uow.UnitOfWork) error {
+		for i := range accounts {
+			a := &Account{Owner: "ann"}
+			a.ID = fmt.Sprintf("%s-%03d", prefix, i)
+			accounts[i] = a
+			if err := u.Add(a); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return accounts, err
+}
+
+// steadyBed is the schema a steady run works in.
+type steadyBed struct {
+	e      *env
+	schema *pgSchema
+	db     *gorm.DB // the writers' pool
+	units  *uow.Manager
+	admin  *sql.DB
+	cfg    steadyConfig
+}
+
+func newSteadyBed(ctx context.Context, e *env, cfg steadyConfig) (b *steadyBed, err error) {
+	s, err := e.newSchema(ctx)
+	if err != nil {
+		return nil, err
+	}
+	b = &steadyBed{e: e, schema: s, cfg: cfg}
+	defer func() {
+		if err != nil {
+			b.close()
+		}
+	}()
+	if b.db, err = s.gorm(cfg.Writers + 4); err != nil {
+		return nil, err
+	}
+	if err := migrate(ctx, b.db); err != nil {
+		return nil, err
+	}
+	if b.units, err = uow.New(b.db, nil); err != nil {
+		return nil, err
+	}
+	if b.admin, err = sql.Open("pgx", e.pgDSN); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+func (b *steadyBed) close() {
+	if b.db != nil {
+		closeGorm(b.db)
+	}
+	if b.admin != nil {
+		_ = b.admin.Close()
+	}
+	if err := b.schema.drop(); err != nil {
+		b.e.log.Warn("cleanup", "err", err)
+	}
+}
+
+// reset empties the outbox and checkpoints, so each measurement starts
+// alike.
+func (b *steadyBed) reset(ctx context.Context) error {
+	for _, q := range []string{"TRUNCATE outbox_events", "CHECKPOINT"} {
+		if err := b.db.WithContext(ctx).Exec(q).Error; err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bentoRelay is bento's projector as minishop runs it: DefaultConfig with
+// the ConfirmPublisher, Run (LISTEN/NOTIFY wake-up) on its own pool.
+type bentoRelay struct {
+	proj   *projector.OutboxProjector
+	pub    *messaging.ConfirmPublisher
+	db     *gorm.DB
+	app    string
+	claims *statementCounter
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startBentoRelay(ctx context.Context, b *steadyBed, cfg *messaging.AMQPConfig) (*bentoRelay, error) {
+	r := &bentoRelay{app: "bench-relay-" + randomHex(4), claims: &statementCounter{prefix: "WITH ready AS"}}
+	var err error
+	if r.db, err = b.schema.gormAs(r.app, 4); err != nil {
+		return nil, err
+	}
+	store, err := outbox.NewStore(r.db.Session(&gorm.Session{Logger: r.claims}), nil)
+	if err != nil {
+		closeGorm(r.db)
+		return nil, err
+	}
+	if r.pub, err = messaging.NewConfirmPublisher(cfg); err != nil {
+		closeGorm(r.db)
+		return nil, err
+	}
+	pc := projector.DefaultConfig()
+	pc.WorkerID = r.app
+	pc.Logger = b.e.log
+	if r.proj, err = projector.New(store, r.pub, pc); err != nil {
+		r.closeConns()
+		return nil, err
+	}
+	ctx, r.cancel = context.WithCancel(ctx)
+	r.done = make(chan error, 1)
+	go func() { r.done <- r.proj.Run(ctx) }()
+	// Wait until its LISTEN connection is up, so no commit goes unnoticed.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var n int
+		if err := b.admin.QueryRowContext(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+			r.proj.ApplicationName()).Scan(&n); err != nil {
+			r.stop()
+			return nil, err
+		}
+		if n > 0 {
+			return r, nil
+		}
+		if time.Now().After(deadline) {
+			r.stop()
+			return nil, errors.New("the projector did not start listening within 30 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// appNames are the application_names of the relay's PostgreSQL backends.
+func (r *bentoRelay) appNames() []string { return []string{r.app, r.proj.ApplicationName()} }
+
+func (r *bentoRelay) stop() error {
+	r.cancel()
+	err := <-r.done
+	r.closeConns()
+	return err
+}
+
+func (r *bentoRelay) closeConns() {
+	_ = r.pub.Close()
+	closeGorm(r.db)
+}
+
+// statementCounter is a GORM logger counting the statements that start
+// with prefix.
+type statementCounter struct {
+	prefix string
+	n      atomic.Int64
+}
+
+// LogMode implements logger.Interface.
+func (c *statementCounter) LogMode(logger.LogLevel) logger.Interface { return c }
+
+// Info implements logger.Interface.
+func (*statementCounter) Info(context.Context, string, ...any) {}
+
+// Warn implements logger.Interface.
+func (*statementCounter) Warn(context.Context, string, ...any) {}
+
+// Error implements logger.Interface.
+func (*statementCounter) Error(context.Context, string, ...any) {}
+
+// Trace implements logger.Interface: it counts the statement.
+func (c *statementCounter) Trace(_ context.Context, _ time.Time, fc func() (string, int64), _ error) {
+	if q, _ := fc(); strings.HasPrefix(q, c.prefix) {
+		c.n.Add(1)
+	}
+}
+
+// measureRate offers rate events/s through commit while relay runs (it is
+// already started and delivers to queue), and summarizes what the
+// receiver saw.
+func measureRate(ctx context.Context, b *steadyBed, queue string, rate float64, prefix string, commit commitFunc) (steadyRun, error) {
+	cfg := b.cfg
+	warm := int(rate * cfg.Warmup.Seconds())
+	total := warm + int(rate*cfg.Duration.Seconds())
+	tr := newTracker(total)
+	rcv, err := startReceiver(b.e, queue, tr)
+	if err != nil {
+		return steadyRun{}, err
+	}
+	defer rcv.close()
+	accounts, err := newAccounts(ctx, b.units, prefix, cfg.Writers)
+	if err != nil {
+		return steadyRun{}, err
+	}
+	start, err := offer(ctx, tr, rate, cfg.Warmup+cfg.Duration, accounts, commit)
+	if err != nil {
+		return steadyRun{}, err
+	}
+	committed := 0
+	for i := range tr.commit {
+		if tr.commit[i].Load() != 0 {
+			committed++
+		}
+	}
+	waitReceived(ctx, tr, committed, 30*time.Second)
+	return summarizeTracker(tr, rate, warm, start, cfg.Duration), ctx.Err()
+}
+
+// runSteadyBento measures bento at rate: units of work committing one
+// event each, the projector relaying, the receiver consuming.
+func runSteadyBento(ctx context.Context, b *steadyBed, rate float64) (steadyRun, error) {
+	if err := b.reset(ctx); err != nil {
+		return steadyRun{}, err
+	}
+	names := newAMQPNames()
+	defer func() {
+		if err := b.e.deleteTopology(names); err != nil {
+			b.e.log.Warn("cleanup", "err", err)
+		}
+	}()
+	cfg := &messaging.AMQPConfig{URL: b.e.amqpURL, Exchange: names.Exchange, Logger: b.e.log}
+	if err := messaging.DeclareQueue(ctx, cfg, names.Queue, topic); err != nil {
+		return steadyRun{}, err
+	}
+	relay, err := startBentoRelay(ctx, b, cfg)
+	if err != nil {
+		return steadyRun{}, err
+	}
+	commit := func(ctx context.Context, a *Account, seq int) error {
+		u, err := b.units.Begin(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if err := u.Track(a); err != nil {
+			_ = u.Rollback()
+			return err
+		}
+		if err := a.DepositRef(1, seqRef(seq)); err != nil {
+			_ = u.Rollback()
+			return err
+		}
+		return u.Commit(ctx)
+	}
+	r, err := measureRate(ctx, b, names.Queue, rate, "bento-"+randomHex(3), commit)
+	return r, errors.Join(err, relay.stop())
+}
+
+// idleBento measures the CPU an idle projector uses: started as in
+// runSteadyBento, nothing committed, for cfg.Idle.
+func idleBento(ctx context.Context, b *steadyBed) (IdleCPU, error) {
+	names := newAMQPNames()
+	defer func() {
+		if err := b.e.deleteTopology(names); err != nil {
+			b.e.log.Warn("cleanup", "err", err)
+		}
+	}()
+	cfg := &messaging.AMQPConfig{URL: b.e.amqpURL, Exchange: names.Exchange, Logger: b.e.log}
+	relay, err := startBentoRelay(ctx, b, cfg)
+	if err != nil {
+		return IdleCPU{}, err
+	}
+	idle, err := measureIdle(ctx, b, relay.appNames(), func() int64 { return relay.claims.n.Load() })
+	idle.Key, idle.Label = "bento", "bento projector (NOTIFY, 2 s fallback poll)"
+	return idle, errors.Join(err, relay.stop())
+}
+
+// measureIdle lets a started relay settle for a second, then measures the
+// CPU of this process and of the backends named by apps for b.cfg.Idle.
+// queries, when not nil, counts the relay's polls.
+func measureIdle(ctx context.Context, b *steadyBed, apps []string, queries func() int64) (IdleCPU, error) {
+	select { // settle: connections opened, first claim done
+	case <-ctx.Done():
+		return IdleCPU{}, ctx.Err()
+	case <-time.After(time.Second):
+	}
+	var q0 int64
+	if queries != nil {
+		q0 = queries()
+	}
+	m, err := startCPU(ctx, b.admin, apps)
+	if err != nil {
+		return IdleCPU{}, err
+	}
+	select { // the measured window: nothing but the relay runs
+	case <-ctx.Done():
+		return IdleCPU{}, ctx.Err()
+	case <-time.After(b.cfg.Idle):
+	}
+	wall, proc, backend, err := m.stop(ctx)
+	if err != nil {
+		return IdleCPU{}, err
+	}
+	idle := IdleCPU{Seconds: wall.Seconds(), ProcessPercent: proc, BackendPercent: backend}
+	if queries != nil {
+		idle.Queries = queries() - q0
+	}
+	return idle, nil
+}
+
+// steadyPoint is one relay at one rate in one run.
+type steadyPoint struct {
+	Key    string `json:"key"`
+	Label  string `json:"label"`
+	Family string `json:"family"` // "bento" or "peer"
+	steadyRun
+}
+
+// steadyResult is one run of the steady scenario.
+type steadyResult struct {
+	Idle   []IdleCPU     `json:"idle"`
+	Points []steadyPoint `json:"points"`
+}
+
+// runSteady runs the steady scenario once, in a fresh schema: the idle
+// relays first (nothing else runs then), then each rate for bento's
+// projector and, up to cfg.PeerMaxRate, for Watermill's forwarder with
+// each poll interval.
+func runSteady(ctx context.Context, e *env, cfg steadyConfig, report func(string)) (steadyResult, error) {
+	var res steadyResult
+	b, err := newSteadyBed(ctx, e, cfg)
+	if err != nil {
+		return res, err
+	}
+	defer b.close()
+	if cfg.Idle > 0 {
+		idle, err := idleBento(ctx, b)
+		if err != nil {
+			return res, fmt.Errorf("idle bento: %w", err)
+		}
+		report(fmt.Sprintf("idle %-34s %5.2f%% of a core (its PostgreSQL backends %5.2f%%), %d claims in %.0f s",
+			idle.Label, idle.ProcessPercent, idle.BackendPercent, idle.Queries, idle.Seconds))
+		res.Idle = append(res.Idle, idle)
+		for _, poll := range cfg.PeerPolls {
+			idle, err := idlePeer(ctx, b, poll)
+			if err != nil {
+				return res, fmt.Errorf("idle peer: %w", err)
+			}
+			report(fmt.Sprintf("idle %-34s %5.2f%% of a core (its PostgreSQL backends %5.2f%%)",
+				idle.Label, idle.ProcessPercent, idle.BackendPercent))
+			res.Idle = append(res.Idle, idle)
+		}
+	}
+	add := func(key, label, family string, r steadyRun) {
+		res.Points = append(res.Points, steadyPoint{Key: key, Label: label, Family: family, steadyRun: r})
+		report(fmt.Sprintf("%-40s %6s/s offered, %6s/s achieved: p50 %7.2f ms, p95 %7.2f ms, p99 %7.2f ms (%d/%d received)",
+			label, thousands(r.Rate), thousands(r.Achieved), r.Latency.P50, r.Latency.P95, r.Latency.P99, r.Received, r.Committed))
+	}
+	for _, rate := range cfg.Rates {
+		r, err := runSteadyBento(ctx, b, rate)
+		if err != nil {
+			return res, fmt.Errorf("bento at %v/s: %w", rate, err)
+		}
+		add(steadyKey("bento", rate), "bento projector, ConfirmPublisher", "bento", r)
+		if rate > cfg.PeerMaxRate {
+			continue
+		}
+		for _, poll := range cfg.PeerPolls {
+			r, err := runSteadyPeer(ctx, b, rate, poll)
+			if err != nil {
+				return res, fmt.Errorf("peer (%v poll) at %v/s: %w", poll, rate, err)
+			}
+			add(steadyKey("watermill-forwarder-"+poll.String(), rate), fmt.Sprintf("Watermill forwarder, %v poll (peer)", poll), "peer", r)
+		}
+	}
+	return res, nil
+}
+
+// steadyKey names a relay at a rate in the results, e.g. "bento@1000".
+func steadyKey(relay string, rate float64) string {
+	return relay + "@" + strconv.FormatFloat(rate, 'f', -1, 64)
+}
