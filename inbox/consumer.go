@@ -14,9 +14,12 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/aggregate"
+	"github.com/bentoevents/bento/internal/tracing"
 	"github.com/bentoevents/bento/messaging"
 )
 
@@ -84,6 +87,13 @@ type ConsumerConfig struct {
 	Logger *slog.Logger
 	// Registerer receives the inbox counters. Optional.
 	Registerer prometheus.Registerer
+	// TracerProvider creates the consumer span of each delivery (see
+	// Inbox.Middleware). Optional: otel.GetTracerProvider(), a no-op until
+	// the application sets one.
+	TracerProvider trace.TracerProvider
+	// Propagator reads the trace context of each message. Optional: W3C
+	// Trace Context (traceparent, tracestate).
+	Propagator propagation.TextMapPropagator
 }
 
 // DefaultConsumerConfig returns the defaults for group: 5 retries with
@@ -174,7 +184,8 @@ func NewConsumer(db *gorm.DB, newSub SubscriberFactory, dead message.Publisher, 
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	in, err := New(db, &Config{Consumer: c.Group, TxOptions: c.TxOptions, Logger: c.Logger, Registerer: c.Registerer})
+	in, err := New(db, &Config{Consumer: c.Group, TxOptions: c.TxOptions, Logger: c.Logger, Registerer: c.Registerer,
+		TracerProvider: c.TracerProvider, Propagator: c.Propagator})
 	if err != nil {
 		return nil, err
 	}
@@ -215,7 +226,12 @@ func NewMemoryConsumer(db *gorm.DB, bus *messaging.MemoryBus, cfg *ConsumerConfi
 		}
 		return bus.Subscriber(cfg.Group, patterns...), nil
 	}
-	return NewConsumer(db, newSub, bus, topic, cfg)
+	c, err := NewConsumer(db, newSub, bus, topic, cfg)
+	if err != nil {
+		return nil, err
+	}
+	c.inbox.system = tracing.SystemMemory
+	return c, nil
 }
 
 // NewAMQPConsumer returns a consumer of group cfg.Group on RabbitMQ. It
@@ -246,6 +262,7 @@ func NewAMQPConsumer(ctx context.Context, db *gorm.DB, amqpCfg *messaging.AMQPCo
 		return nil, err
 	}
 	c.closers = append(c.closers, dead.Close)
+	c.inbox.system = tracing.SystemRabbitMQ
 	return c, nil
 }
 

@@ -26,6 +26,20 @@
 // (reason_poisoned), and the consumer goes on. A message that cannot be
 // decoded, or whose event type has no handler, goes there at once.
 //
+// # Tracing
+//
+// Each delivery runs in an OpenTelemetry consumer span,
+// "bento.consume <event type>", whose parent is the trace context the
+// message carries (the projector's publish span, itself continuing the trace
+// of the unit of work that committed the event). The handler's context holds
+// the span: spans it starts are children of it, and events it commits
+// through a unit of work carry its trace on to the next consumer. A missing
+// or malformed traceparent never fails a message; the span then starts a new
+// trace. Configure it with Config.TracerProvider (ConsumerConfig for a
+// [Consumer]); the default is the global provider, a no-op until the
+// application sets one, with which an incoming traceparent still passes on
+// to the events the handler emits.
+//
 // # Retention
 //
 // [Purge] deletes old inbox records. The retention window is the dedup

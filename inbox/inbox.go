@@ -13,12 +13,15 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
 	"github.com/bentoevents/bento/internal/dberr"
 	"github.com/bentoevents/bento/internal/dialect"
 	"github.com/bentoevents/bento/internal/migrate"
+	"github.com/bentoevents/bento/internal/tracing"
 	"github.com/bentoevents/bento/internal/txn"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
@@ -72,6 +75,14 @@ type Config struct {
 	// Registerer, when set, receives bento_inbox_processed_total and
 	// bento_inbox_duplicates_total by consumer. Defaults to none.
 	Registerer prometheus.Registerer
+	// TracerProvider creates a consumer span per message,
+	// "bento.consume <event type>", a child of the trace context the message
+	// carries (its traceparent metadata). Defaults to otel.GetTracerProvider(),
+	// a no-op until the application sets one.
+	TracerProvider trace.TracerProvider
+	// Propagator reads the message's trace context. Defaults to W3C Trace
+	// Context (traceparent, tracestate), whatever the global propagator is.
+	Propagator propagation.TextMapPropagator
 }
 
 // Inbox applies each message at most once per consumer: see Middleware.
@@ -81,6 +92,8 @@ type Inbox struct {
 	log        *slog.Logger
 	processed  prometheus.Counter
 	duplicates prometheus.Counter
+	tracing    tracing.Tracing
+	system     string // messaging.system, set by the Consumer constructors
 }
 
 // New returns the inbox of cfg.Consumer over db (PostgreSQL or SQLite, with
@@ -108,7 +121,8 @@ func New(db *gorm.DB, cfg *Config) (*Inbox, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	in := &Inbox{db: db, cfg: c, log: c.Logger.With("component", "bento.inbox", "consumer", c.Consumer)}
+	in := &Inbox{db: db, cfg: c, log: c.Logger.With("component", "bento.inbox", "consumer", c.Consumer),
+		tracing: tracing.New(c.TracerProvider, c.Propagator)}
 	var err error
 	if in.processed, in.duplicates, err = counters(c.Registerer, c.Consumer); err != nil {
 		return nil, fmt.Errorf("inbox: metrics: %w", err)
@@ -136,13 +150,32 @@ func (in *Inbox) Consumer() string { return in.cfg.Consumer }
 //     they record commit with the inbox record;
 //   - the message's tenant (tenant.From);
 //   - outbox metadata making the events written under it carry the
-//     message's correlation id and the message id as their causation id.
+//     message's correlation id and the message id as their causation id;
+//   - the consumer span (see below), so spans the handler starts are its
+//     children and events it commits through a unit of work carry its trace.
+//
+// Each delivery runs in an OpenTelemetry consumer span,
+// "bento.consume <event type>", whose parent is the trace context in the
+// message's traceparent metadata (the projector's publish span). A message
+// without one starts a new trace; one with a malformed traceparent too, and
+// the span records a "bento.traceparent.invalid" event: tracing never fails
+// a message. A skipped duplicate's span gets a "bento.inbox.duplicate" event
+// and attribute; a failed attempt's span is marked failed.
 //
 // Messages the router would publish from the handler's return value are
 // published after the commit, outside the transaction; emit events through
 // a unit of work instead.
 func (in *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) (produced []*message.Message, err error) {
+		orig := msg.Context()
+		ctx, span := in.startConsume(orig, msg)
+		defer func() {
+			if p := recover(); p != nil {
+				tracing.EndPanic(span, p)
+				panic(p)
+			}
+			tracing.End(span, err)
+		}()
 		if msg.UUID == "" || len(msg.UUID) > MaxMessageIDLen {
 			return nil, fmt.Errorf("%w: %q", ErrNoMessageID, msg.UUID)
 		}
@@ -153,7 +186,6 @@ func (in *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		if err := tenant.Validate(tid); err != nil {
 			return nil, fmt.Errorf("inbox: message %s: %w: %w", msg.UUID, messaging.ErrMalformedMessage, err)
 		}
-		ctx := msg.Context()
 		tx := in.db.WithContext(ctx).Begin(in.cfg.TxOptions)
 		if tx.Error != nil {
 			return nil, wrapDB("begin", tx.Error)
@@ -172,6 +204,10 @@ func (in *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		}
 		if res.RowsAffected == 0 {
 			in.duplicates.Inc()
+			if span.IsRecording() {
+				span.AddEvent("bento.inbox.duplicate")
+				span.SetAttributes(tracing.AttrDuplicate.Bool(true))
+			}
 			in.log.Debug("duplicate skipped", "message_id", msg.UUID, "event_type", msg.Metadata.Get(messaging.MetaEventType))
 			return nil, nil
 		}
@@ -186,11 +222,8 @@ func (in *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			outbox.MetaCorrelationID: corr,
 			outbox.MetaCausationID:   msg.UUID,
 		})
-		if tp := msg.Metadata.Get(messaging.MetaTraceparent); tp != "" {
-			hctx = outbox.WithMetadata(hctx, outbox.Metadata{outbox.MetaTraceparent: tp})
-		}
 		msg.SetContext(hctx)
-		defer msg.SetContext(ctx)
+		defer msg.SetContext(orig)
 
 		produced, err = h(msg)
 		if err != nil {
@@ -203,6 +236,26 @@ func (in *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		in.processed.Inc()
 		return produced, nil
 	}
+}
+
+// startConsume starts the consumer span of one delivery of msg, a child of
+// the trace context msg carries.
+func (in *Inbox) startConsume(ctx context.Context, msg *message.Message) (context.Context, trace.Span) {
+	topic := msg.Metadata.Get(messaging.MetaEventType)
+	ctx, span := in.tracing.StartFrom(ctx, msg.Metadata, tracing.SpanConsume+" "+topic, trace.SpanKindConsumer)
+	if span.IsRecording() {
+		span.SetAttributes(
+			tracing.AttrOperationType.String(tracing.OpProcess),
+			tracing.AttrDestinationName.String(topic),
+			tracing.AttrMessageID.String(msg.UUID),
+			tracing.AttrConsumerGroupName.String(in.cfg.Consumer),
+			tracing.AttrTenant.String(msg.Metadata.Get(messaging.MetaTenantID)),
+		)
+		if in.system != "" {
+			span.SetAttributes(tracing.AttrMessagingSystem.String(in.system))
+		}
+	}
+	return ctx, span
 }
 
 // Processed reports whether the inbox holds a record of messageID.

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/tenant"
@@ -19,8 +21,8 @@ import (
 // Unlike most bento configs, a non-nil Config is taken as given: a zero
 // BatchSize, Lease or other number is rejected rather than replaced by a
 // default, so a relay whose setting went missing fails at startup instead of
-// running with a value nobody chose. Logger, Registerer, Tenant and WorkerID
-// are optional.
+// running with a value nobody chose. Logger, Registerer, Tenant, WorkerID,
+// TracerProvider and Propagator are optional.
 type Config struct {
 	// BatchSize is how many rows one claim takes. DefaultConfig: 100.
 	BatchSize int
@@ -72,6 +74,16 @@ type Config struct {
 	// Registerer, when set, receives the projector's Prometheus metrics.
 	// Defaults to none.
 	Registerer prometheus.Registerer
+	// TracerProvider creates a producer span per published event,
+	// "bento.publish <topic>", a child of the trace context stored with the
+	// event (see uow.Config.TracerProvider); the message carries the publish
+	// span's context. Defaults to otel.GetTracerProvider(), a no-op until
+	// the application sets one.
+	TracerProvider trace.TracerProvider
+	// Propagator reads the stored trace context and writes the publish
+	// span's into the message metadata. Defaults to W3C Trace Context
+	// (traceparent, tracestate), whatever the global propagator is.
+	Propagator propagation.TextMapPropagator
 }
 
 // Copy returns a copy of c.

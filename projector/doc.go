@@ -42,6 +42,19 @@
 // everything due and returns, for tests, scripts and benchmarks. Run several
 // projectors for throughput and availability; they share the work.
 //
+// # Tracing
+//
+// Each publish of an event runs in an OpenTelemetry producer span,
+// "bento.publish <topic>", whose parent is the trace context the unit of work
+// stored with the event (its traceparent metadata), so the span joins the
+// trace of the request that committed it; an event without one starts a new
+// trace. The message goes on the wire with the publish span's own
+// traceparent, so the consumer's span (package inbox) is its child. A failed
+// publish marks its span as failed; every retry is a span of its own
+// (attribute bento.outbox.attempt). Config.TracerProvider defaults to the
+// global provider, a no-op until the application sets one; the stored
+// traceparent is then passed on unchanged.
+//
 // Metrics (when Config.Registerer is set): bento_outbox_published_total,
 // bento_outbox_failed_total and bento_outbox_dead_total by topic,
 // bento_outbox_publish_latency_seconds (occurred_at to confirm),

@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bentoevents/bento/internal/dialect"
+	"github.com/bentoevents/bento/internal/tracing"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
 )
@@ -34,6 +36,8 @@ type OutboxProjector struct {
 	log     *slog.Logger
 	metrics *metrics
 	notify  bool
+	tracing tracing.Tracing
+	system  string // messaging.system of pub, "" when unknown
 
 	sem  chan struct{} // publishes in flight
 	wake chan struct{}
@@ -74,6 +78,8 @@ func New(store *outbox.Store, pub message.Publisher, cfg *Config) (*OutboxProjec
 		log:     c.Logger.With("component", "bento.projector", "worker", c.WorkerID),
 		metrics: m,
 		notify:  d == dialect.Postgres && !c.DisableNotify,
+		tracing: tracing.New(c.TracerProvider, c.Propagator),
+		system:  messagingSystem(pub),
 		sem:     make(chan struct{}, c.Concurrency),
 		wake:    make(chan struct{}, 1),
 	}, nil
@@ -296,6 +302,10 @@ func (p *OutboxProjector) publishBatch(ctx context.Context, bp BatchPublisher, r
 		}
 		return outcomes
 	}
+	spans := make([]trace.Span, len(batch))
+	for j, i := range index {
+		spans[j] = p.startPublish(ctx, rows[i], batch[j].Message)
+	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.PublishTimeout)
 	defer cancel()
 	errs := bp.PublishBatch(pctx, batch)
@@ -305,6 +315,7 @@ func (p *OutboxProjector) publishBatch(ctx context.Context, bp BatchPublisher, r
 		} else {
 			outcomes[i] = fmt.Errorf("projector: publisher reported %d outcomes for %d messages", len(errs), len(batch))
 		}
+		tracing.End(spans[j], outcomes[i])
 	}
 	return outcomes
 }
@@ -353,9 +364,11 @@ start:
 		}
 		started++
 		pending[i] = true
+		span := p.startPublish(ctx, row, msg)
 		go func(i int, topic string, msg *message.Message) {
 			defer func() { <-p.sem }()
 			err := p.pub.Publish(topic, msg)
+			tracing.End(span, err)
 			results <- done{i, err}
 		}(i, row.Topic, msg)
 	}

@@ -65,6 +65,7 @@ const (
 	AttrAggregateID       = attribute.Key("bento.aggregate.id")
 	AttrJoined            = attribute.Key("bento.uow.joined")
 	AttrEvents            = attribute.Key("bento.uow.events")
+	AttrAttempt           = attribute.Key("bento.outbox.attempt")
 	AttrDuplicate         = attribute.Key("bento.inbox.duplicate")
 	AttrTraceparent       = attribute.Key("bento.traceparent")
 )
