@@ -260,8 +260,9 @@ func interval(ctx context.Context, db *gorm.DB, table string) (Interval, error) 
 
 // Maintain creates t's partitions up to o.Ahead after the current one,
 // seals the old ones whose rows are all final, and drops those past
-// retention that hold no pending rows. It carries on past a failed step and
-// returns what it did with every step's error joined.
+// retention that hold no pending rows. It carries on past a failed step,
+// except a lock timeout, where it stops (the next run resumes), and returns
+// what it did with the steps' errors joined.
 //
 // Errors: ErrUnsupported, ErrNotPartitioned, *StepError (possibly wrapping
 // ErrLockTimeout), or the database error.
@@ -285,6 +286,9 @@ func Maintain(ctx context.Context, db *gorm.DB, t Table, o Opts) (*Result, error
 	if err != nil {
 		return res, err
 	}
+	if yielded(errs) {
+		return res, errors.Join(errs...)
+	}
 	parts, err := list(ctx, db, t.Name, i)
 	if err != nil {
 		return res, err
@@ -297,6 +301,9 @@ func Maintain(ctx context.Context, db *gorm.DB, t Table, o Opts) (*Result, error
 			switch {
 			case err != nil:
 				errs = append(errs, &StepError{Table: t.Name, Partition: p.name, Step: "seal", Err: err})
+				if yielded(errs) {
+					return res, errors.Join(errs...)
+				}
 			case sealed:
 				res.Sealed = append(res.Sealed, p.name)
 			case !drop:
@@ -306,16 +313,19 @@ func Maintain(ctx context.Context, db *gorm.DB, t Table, o Opts) (*Result, error
 		if !drop {
 			continue
 		}
-		dropped, err := dropPartition(ctx, db, t, p.name, o.LockTimeout)
+		dropped, kept, err := dropPartition(ctx, db, t, p.name, o.LockTimeout)
 		switch {
 		case err != nil:
 			errs = append(errs, &StepError{Table: t.Name, Partition: p.name, Step: "drop", Err: err})
+			if yielded(errs) {
+				return res, errors.Join(errs...)
+			}
 		case dropped:
 			res.Dropped = append(res.Dropped, p.name)
 			if p.end.After(droppedEnd) {
 				droppedEnd = p.end
 			}
-		default:
+		case kept:
 			res.Kept = append(res.Kept, p.name)
 		}
 	}
@@ -327,6 +337,12 @@ func Maintain(ctx context.Context, db *gorm.DB, t Table, o Opts) (*Result, error
 	return res, errors.Join(errs...)
 }
 
+// yielded reports whether the last step gave up on a lock: the run stops
+// there rather than queue every later step behind the same holder.
+func yielded(errs []error) bool {
+	return len(errs) > 0 && errors.Is(errs[len(errs)-1], ErrLockTimeout)
+}
+
 // ensure creates the partitions from now's to ahead after it. Step errors
 // are returned in errs; err is a failure to read the catalog.
 func ensure(ctx context.Context, db *gorm.DB, t Table, i Interval, now time.Time, ahead int, lockTimeout time.Duration, res *Result) (errs []error, err error) {
@@ -335,7 +351,8 @@ func ensure(ctx context.Context, db *gorm.DB, t Table, i Interval, now time.Time
 		from, to := i.Add(start, k), i.Add(start, k+1)
 		name := Name(t.Name, i, from)
 		created := false
-		err := step(ctx, db, t, lockTimeout, func(tx *gorm.DB) error {
+		// SHARE UPDATE EXCLUSIVE is what ATTACH takes on the parent anyway.
+		err := step(ctx, db, t, lockTimeout, "SHARE UPDATE EXCLUSIVE", func(tx *gorm.DB) error {
 			var exists bool
 			if err := tx.Raw("SELECT to_regclass(?) IS NOT NULL", name).Scan(&exists).Error; err != nil {
 				return err
@@ -366,6 +383,9 @@ func ensure(ctx context.Context, db *gorm.DB, t Table, i Interval, now time.Time
 			res.Blocked = append(res.Blocked, name)
 		case err != nil:
 			errs = append(errs, &StepError{Table: t.Name, Partition: name, Step: "create", Err: err})
+			if errors.Is(err, ErrLockTimeout) {
+				return errs, nil
+			}
 		case created:
 			res.Created = append(res.Created, name)
 		}
@@ -424,7 +444,7 @@ var errKeep = errors.New("partition holds pending rows")
 func seal(ctx context.Context, db *gorm.DB, t Table, p part, lockTimeout time.Duration) (bool, error) {
 	constraint := p.name + "_sealed"
 	if !p.constrained {
-		err := step(ctx, db, t, lockTimeout, func(tx *gorm.DB) error {
+		err := step(ctx, db, t, lockTimeout, "ACCESS SHARE", func(tx *gorm.DB) error {
 			var state []bool
 			if err := tx.Raw(`SELECT k.oid IS NOT NULL FROM pg_class c
 				LEFT JOIN pg_constraint k ON k.conrelid = c.oid AND k.conname = ?
@@ -450,7 +470,7 @@ func seal(ctx context.Context, db *gorm.DB, t Table, p part, lockTimeout time.Du
 			return false, err
 		}
 	}
-	err := step(ctx, db, t, lockTimeout, func(tx *gorm.DB) error {
+	err := step(ctx, db, t, lockTimeout, "ACCESS SHARE", func(tx *gorm.DB) error {
 		var exists bool
 		if err := tx.Raw("SELECT to_regclass(?) IS NOT NULL", p.name).Scan(&exists).Error; err != nil || !exists {
 			return err
@@ -463,28 +483,30 @@ func seal(ctx context.Context, db *gorm.DB, t Table, p part, lockTimeout time.Du
 // dropPartition drops p unless it holds pending rows, which it checks under
 // an ACCESS EXCLUSIVE lock on the parent: no query reaches p meanwhile, and
 // every transaction that wrote to it has ended. It reports whether p was
-// dropped (or was already gone).
-func dropPartition(ctx context.Context, db *gorm.DB, t Table, name string, lockTimeout time.Duration) (bool, error) {
-	err := step(ctx, db, t, lockTimeout, func(tx *gorm.DB) error {
+// dropped, and whether it was kept; neither when it was already gone.
+func dropPartition(ctx context.Context, db *gorm.DB, t Table, name string, lockTimeout time.Duration) (dropped, kept bool, err error) {
+	// ACCESS EXCLUSIVE on the parent, which DROP takes anyway, before the
+	// partition: taking the partition first (as DROP TABLE alone does)
+	// could deadlock with a query that holds the parent and waits for it.
+	err = step(ctx, db, t, lockTimeout, "ACCESS EXCLUSIVE", func(tx *gorm.DB) error {
+		dropped = false
 		var exists bool
 		if err := tx.Raw("SELECT to_regclass(?) IS NOT NULL", name).Scan(&exists).Error; err != nil || !exists {
-			return err
-		}
-		// Parent first, as queries lock it: taking the partition first (as
-		// DROP TABLE alone does) could deadlock with a query that holds the
-		// parent and waits for the partition.
-		if err := tx.Exec(fmt.Sprintf("LOCK TABLE ONLY %s IN ACCESS EXCLUSIVE MODE", t.Name)).Error; err != nil {
 			return err
 		}
 		if err := checkPending(tx, t, name); err != nil {
 			return err
 		}
-		return tx.Exec("DROP TABLE " + name).Error
+		if err := tx.Exec("DROP TABLE " + name).Error; err != nil {
+			return err
+		}
+		dropped = true
+		return nil
 	})
 	if errors.Is(err, errKeep) {
-		return false, nil
+		return false, true, nil
 	}
-	return err == nil, err
+	return dropped && err == nil, false, err
 }
 
 // checkPending returns errKeep when partition holds pending rows.
@@ -506,9 +528,15 @@ func checkPending(tx *gorm.DB, t Table, partition string) error {
 const lockAttempts = 3
 
 // step runs fn in a transaction holding t's maintenance advisory lock, with
-// lock_timeout set for every other lock. A lock timeout is retried after a
-// pause; the last one is returned wrapping ErrLockTimeout.
-func step(ctx context.Context, db *gorm.DB, t Table, lockTimeout time.Duration, fn func(tx *gorm.DB) error) error {
+// lock_timeout set for every other lock, and the parent table locked in
+// mode. A lock timeout is retried after a pause; the last one is returned
+// wrapping ErrLockTimeout.
+//
+// The parent lock comes before fn looks at the catalog: taking a table lock
+// makes the backend apply the catalog changes other sessions committed (an
+// advisory lock does not), so fn sees partitions another maintainer just
+// created or dropped. It also orders the locks as queries do, parent first.
+func step(ctx context.Context, db *gorm.DB, t Table, lockTimeout time.Duration, mode string, fn func(tx *gorm.DB) error) error {
 	for attempt := 1; ; attempt++ {
 		err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 			// Taken before lock_timeout is set: waiting for another
@@ -518,6 +546,9 @@ func step(ctx context.Context, db *gorm.DB, t Table, lockTimeout time.Duration, 
 				return err
 			}
 			if err := tx.Exec(fmt.Sprintf("SET LOCAL lock_timeout = %d", max(lockTimeout.Milliseconds(), 1))).Error; err != nil {
+				return err
+			}
+			if err := tx.Exec(fmt.Sprintf("LOCK TABLE ONLY %s IN %s MODE", t.Name, mode)).Error; err != nil {
 				return err
 			}
 			return fn(tx)
