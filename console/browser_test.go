@@ -1,0 +1,331 @@
+package console_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/bentoevents/bento/console"
+	"github.com/bentoevents/bento/internal/testenv"
+	"github.com/bentoevents/bento/outbox"
+)
+
+// These tests drive the console in a real headless Chromium. They skip when
+// Chromium is not installed (and fail when CI is set); scripts/chromium.sh
+// installs it. On failure each test saves a screenshot of the page into
+// $BENTO_TEST_ARTIFACTS, or console/testdata/artifacts, and logs its path.
+
+// chromiumPath returns the browser to drive: $BENTO_CHROMIUM, else
+// /usr/bin/chromium, else chromium or google-chrome on PATH.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("BENTO_CHROMIUM"); p != "" {
+		return p
+	}
+	if _, err := os.Stat("/usr/bin/chromium"); err == nil {
+		return "/usr/bin/chromium"
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	msg := "Chromium not found (looked for $BENTO_CHROMIUM, /usr/bin/chromium and chromium on PATH); " +
+		"install it with: bash scripts/chromium.sh (or apt-get install -y chromium)"
+	if testenv.InCI() {
+		t.Fatal(msg + " (CI is set, so this is a failure)")
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// browserSlots limits how many Chromiums run at once: each takes a few
+// hundred MB and the test machines have two cores.
+var browserSlots = make(chan struct{}, 1)
+
+// browser starts a headless Chromium with a fresh profile and returns a tab
+// context for it, ended at cleanup. When the test fails, the tab's page is
+// saved as a screenshot first.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	exe := chromiumPath(t)
+	browserSlots <- struct{}{}
+	t.Cleanup(func() { <-browserSlots })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	actx, acancel := chromedp.NewExecAllocator(ctx,
+		chromedp.ExecPath(exe),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("headless", true),
+		chromedp.Flag("no-sandbox", true),
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("no-first-run", true),
+		chromedp.Flag("no-default-browser-check", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("no-proxy-server", true),
+		chromedp.WindowSize(1280, 900),
+	)
+	t.Cleanup(acancel)
+	tab, tcancel := chromedp.NewContext(actx, chromedp.WithErrorf(func(format string, args ...any) {
+		t.Logf("chromedp: "+format, args...)
+	}))
+	t.Cleanup(tcancel)
+	// Start the browser now, so a failure to start is reported as such.
+	require.NoError(t, chromedp.Do(tab, chromedp.Navigate("about:blank")), "start %s", exe)
+	t.Cleanup(func() {
+		if t.Failed() {
+			screenshot(t, tab)
+		}
+	})
+	return tab
+}
+
+var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+
+// screenshot saves the tab's whole page as a PNG in the artifacts directory
+// and logs where.
+func screenshot(t *testing.T, tab context.Context) {
+	dir := os.Getenv("BENTO_TEST_ARTIFACTS")
+	if dir == "" {
+		dir = filepath.Join("testdata", "artifacts")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Logf("screenshot: %v", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(tab, 20*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Logf("screenshot: %v", err)
+		return
+	}
+	name := unsafeName.ReplaceAllString(t.Name(), "_") + "-" + time.Now().UTC().Format("20060102T150405") + ".png"
+	path, _ := filepath.Abs(filepath.Join(dir, name))
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Logf("screenshot: %v", err)
+		return
+	}
+	if loc, err := chromedp.Run(ctx, chromedp.Location()); err == nil {
+		t.Logf("page was %s", loc)
+	}
+	t.Logf("screenshot of the failed page: %s", path)
+}
+
+// step runs actions with a timeout, so a missing element fails the test
+// instead of hanging it.
+func step(t *testing.T, tab context.Context, what string, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(tab, 20*time.Second)
+	defer cancel()
+	require.NoError(t, chromedp.Do(ctx, actions...), what)
+}
+
+func text(t *testing.T, tab context.Context, id string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(tab, 20*time.Second)
+	defer cancel()
+	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID(id)))
+	require.NoError(t, err, "text of #%s", id)
+	return strings.TrimSpace(s)
+}
+
+func eval[T any](t *testing.T, tab context.Context, js string) T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(tab, 20*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](js, chromedp.EvalAwaitPromise))
+	require.NoError(t, err, js)
+	return v
+}
+
+// browserBackends runs fn on PostgreSQL and SQLite, one after the other so
+// that only one browser runs at a time.
+func browserBackends(t *testing.T, fn func(t *testing.T, db *gorm.DB)) {
+	t.Helper()
+	var mu sync.Mutex
+	testenv.ForEachBackend(t, func(t *testing.T, _ testenv.Backend, db *gorm.DB) {
+		mu.Lock()
+		defer mu.Unlock()
+		fn(t, db)
+	})
+}
+
+func TestBrowserOverviewShowsTheCounts(t *testing.T) {
+	t.Parallel()
+	browserBackends(t, func(t *testing.T, db *gorm.DB) {
+		e := setup(t, db, nil)
+		tab := browser(t)
+		step(t, tab, "open the overview", chromedp.Navigate(e.url("/")), chromedp.WaitVisible(chromedp.ID("count-dead")))
+		for status, want := range map[outbox.Status]string{
+			outbox.StatusNew: "1", outbox.StatusPublishing: "0", outbox.StatusSent: "1",
+			outbox.StatusFailed: "1", outbox.StatusDead: "2",
+		} {
+			assert.Equal(t, want, text(t, tab, "count-"+string(status)), "count of %s", status)
+		}
+		assert.Equal(t, "2", text(t, tab, "pending"))
+		assert.Equal(t, "9m 58s", text(t, tab, "oldest-pending"))
+		assert.Equal(t, "1", text(t, tab, "published-total"))
+		assert.Equal(t, "3", text(t, tab, "failed-total"))
+
+		// The stylesheet loaded under the prefix and applied (CSP allows it).
+		assert.Equal(t, 1, eval[int](t, tab, `document.styleSheets.length`))
+		assert.Equal(t, "flex", eval[string](t, tab, `getComputedStyle(document.querySelector(".cards")).display`))
+		// The chart drew one bar for each non-empty series of a minute.
+		assert.Equal(t, 60, eval[int](t, tab, `document.querySelectorAll("#chart .slot").length`))
+		assert.Equal(t, 1, eval[int](t, tab, `document.querySelectorAll("#chart rect.published").length`))
+		assert.Equal(t, 2, eval[int](t, tab, `document.querySelectorAll("#chart rect.failed").length`))
+
+		// The tenant filter narrows the figures.
+		step(t, tab, "filter on acme",
+			chromedp.SetValue(chromedp.CSS(`select[name="tenant"]`), "acme"),
+			chromedp.Submit(chromedp.CSS(`form.filter`)),
+			chromedp.WaitVisible(chromedp.ID("tenant")),
+		)
+		assert.Equal(t, "acme", text(t, tab, "tenant"))
+		assert.Equal(t, "1", text(t, tab, "count-dead"))
+		assert.Equal(t, "0", text(t, tab, "count-new"))
+	})
+}
+
+func TestBrowserRequeueByClickingTheButton(t *testing.T) {
+	t.Parallel()
+	browserBackends(t, func(t *testing.T, db *gorm.DB) {
+		e := setup(t, db, nil)
+		tab := browser(t)
+		id := e.rows["b"].ID
+		step(t, tab, "open the dead letters", chromedp.Navigate(e.url("/")), chromedp.Click(chromedp.CSS(`nav a[href="./dead"]`)),
+			chromedp.WaitVisible(chromedp.ID("dead-letters")))
+		assert.Equal(t, "2", text(t, tab, "dead-total"))
+		assert.Equal(t, outbox.StatusDead, e.status(t, "b"))
+
+		ctx, cancel := context.WithTimeout(tab, 20*time.Second)
+		defer cancel()
+		res, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.CSS(fmt.Sprintf(`button[data-action="requeue"][data-id=%q]`, id))))
+		require.NoError(t, err, "click requeue")
+		assert.EqualValues(t, 200, res.Status)
+		assert.Contains(t, res.URL, e.url("/dead?done=requeued"), "redirected back to the list")
+
+		assert.Contains(t, text(t, tab, "flash"), "Requeued 1 dead letter")
+		assert.Equal(t, "1", text(t, tab, "dead-total"))
+		assert.Equal(t, 0, eval[int](t, tab, fmt.Sprintf(`document.querySelectorAll('tr[data-id=%q]').length`, id)), "row gone from the list")
+		assert.Equal(t, outbox.StatusNew, e.status(t, "b"), "the database row is back to new")
+		assert.Equal(t, outbox.StatusDead, e.status(t, "e"), "the other dead letter is untouched")
+	})
+}
+
+func TestBrowserDiscardAfterConfirming(t *testing.T) {
+	t.Parallel()
+	browserBackends(t, func(t *testing.T, db *gorm.DB) {
+		e := setup(t, db, nil)
+		tab := browser(t)
+		id := e.rows["e"].ID
+		step(t, tab, "open the dead letter", chromedp.Navigate(e.url("/dead")),
+			chromedp.Click(chromedp.CSS(fmt.Sprintf(`tr[data-id=%q] a.discard-link`, id))),
+			chromedp.WaitVisible(chromedp.ID("event-id")))
+		assert.Equal(t, id, text(t, tab, "event-id"))
+
+		// Without the box ticked the browser does not even send the form.
+		step(t, tab, "click discard unconfirmed", chromedp.Click(chromedp.CSS(`button[data-action="discard"]`)))
+		assert.False(t, eval[bool](t, tab, `document.querySelector("#discard").checkValidity()`))
+		assert.Equal(t, outbox.StatusDead, e.status(t, "e"))
+
+		ctx, cancel := context.WithTimeout(tab, 20*time.Second)
+		defer cancel()
+		_, err := chromedp.RunResponse(ctx,
+			chromedp.Click(chromedp.CSS(`#discard input[name="confirm"]`)),
+			chromedp.Click(chromedp.CSS(`button[data-action="discard"]`)))
+		require.NoError(t, err)
+		assert.Contains(t, text(t, tab, "flash"), "Discarded 1 dead letter")
+		assert.Equal(t, outbox.Status(""), e.status(t, "e"), "deleted")
+	})
+}
+
+func TestBrowserForgedPostIsRefused(t *testing.T) {
+	t.Parallel()
+	browserBackends(t, func(t *testing.T, db *gorm.DB) {
+		e := setup(t, db, nil)
+		tab := browser(t)
+		id := e.rows["b"].ID
+		step(t, tab, "open the dead letters", chromedp.Navigate(e.url("/dead")), chromedp.WaitVisible(chromedp.ID("dead-letters")))
+
+		// The console's CSP (connect-src falls back to default-src 'none')
+		// stops even a same-origin script from posting with fetch.
+		blocked := eval[string](t, tab, fmt.Sprintf(`fetch("dead/%s/requeue", {method: "POST"}).then(r => "sent " + r.status, e => "blocked")`, id))
+		assert.Equal(t, "blocked", blocked)
+
+		// With the CSP bypassed, as a script on another page of the same
+		// origin could: the CSRF cookie goes along, but there is no token.
+		step(t, tab, "bypass the CSP and reload",
+			chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+				_, err := cdp.Call(ctx, tg, page.SetBypassCSP, page.SetBypassCSPParams{Enabled: true})
+				return err
+			}),
+			chromedp.Reload(), chromedp.WaitVisible(chromedp.ID("dead-letters")))
+		status := eval[int](t, tab, fmt.Sprintf(`fetch("dead/%s/requeue", {method: "POST", credentials: "same-origin",
+			headers: {"Content-Type": "application/x-www-form-urlencoded"}, body: "x=1"}).then(r => r.status)`, id))
+		assert.Equal(t, 403, status)
+		// A wrong token is no better.
+		status = eval[int](t, tab, fmt.Sprintf(`fetch("dead/%s/requeue", {method: "POST",
+			headers: {"Content-Type": "application/x-www-form-urlencoded"}, body: "csrf_token=forged"}).then(r => r.status)`, id))
+		assert.Equal(t, 403, status)
+		assert.Equal(t, outbox.StatusDead, e.status(t, "b"))
+		// A form that lost its token, submitted by a click.
+		step(t, tab, "strip the token and submit",
+			chromedp.Evaluate[chromedp.Void](`document.querySelectorAll('input[name="csrf_token"]').forEach(i => i.remove())`),
+		)
+		ctx, cancel := context.WithTimeout(tab, 20*time.Second)
+		defer cancel()
+		res, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.CSS(fmt.Sprintf(`button[data-action="requeue"][data-id=%q]`, id))))
+		require.NoError(t, err)
+		assert.EqualValues(t, 403, res.Status)
+		assert.Contains(t, text(t, tab, "error-message"), "CSRF token")
+		assert.Equal(t, outbox.StatusDead, e.status(t, "b"), "nothing changed")
+	})
+}
+
+func TestBrowserReadOnlyHasNoButtons(t *testing.T) {
+	t.Parallel()
+	browserBackends(t, func(t *testing.T, db *gorm.DB) {
+		e := setup(t, db, &console.Config{ReadOnly: true})
+		tab := browser(t)
+		for _, path := range []string{"/", "/dead", "/dead/" + e.rows["b"].ID} {
+			step(t, tab, "open "+path, chromedp.Navigate(e.url(path)), chromedp.WaitVisible(chromedp.ID("read-only")))
+			assert.Equal(t, 0, eval[int](t, tab, `document.querySelectorAll("button, form[method=post], input[name=csrf_token]").length`), path)
+		}
+		assert.Equal(t, 1, eval[int](t, tab, `document.querySelectorAll("#event-id").length`), "the detail page itself is there")
+		// A form posted anyway (built in the page, as a forger would) is
+		// refused.
+		ctx, cancel := context.WithTimeout(tab, 20*time.Second)
+		defer cancel()
+		res, err := chromedp.RunResponse(ctx, chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`(() => {
+			const f = document.createElement("form");
+			f.method = "post"; f.action = "%s/requeue";
+			document.body.appendChild(f); f.submit();
+		})()`, e.rows["b"].ID)))
+		require.NoError(t, err)
+		assert.EqualValues(t, 403, res.Status)
+		assert.Contains(t, text(t, tab, "error-message"), "read-only")
+		assert.Equal(t, outbox.StatusDead, e.status(t, "b"))
+	})
+}
