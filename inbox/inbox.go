@@ -205,7 +205,7 @@ func (in *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		if res.RowsAffected == 0 {
 			in.duplicates.Inc()
 			if span.IsRecording() {
-				span.AddEvent("bento.inbox.duplicate")
+				span.AddEvent(tracing.EventDuplicate)
 				span.SetAttributes(tracing.AttrDuplicate.Bool(true))
 			}
 			in.log.Debug("duplicate skipped", "message_id", msg.UUID, "event_type", msg.Metadata.Get(messaging.MetaEventType))

@@ -13,9 +13,10 @@
 // [MetaAggregateID], [MetaAggregateVersion], [MetaTenantID],
 // [MetaSchemaVersion], [MetaOccurredAt] (RFC 3339 in UTC with nanoseconds),
 // [MetaCorrelationID] (the event's own id when the row has none: a chain of
-// events starts at its first one) and, when present, [MetaCausationID] and
-// [MetaTraceparent]. The aggregate keys are left out for an event without
-// aggregate. The topic a message is published under is its event type.
+// events starts at its first one) and, when present, [MetaCausationID],
+// [MetaTraceparent] and [MetaTracestate] (W3C Trace Context: the projector's
+// publish span, which the consumer's span continues). The aggregate keys are
+// left out for an event without aggregate. The topic a message is published under is its event type.
 //
 // [Decode] reads a delivered message back into an [Envelope] and fails with
 // a [*DecodeError] (wrapping [ErrMalformedMessage]) that names the missing or

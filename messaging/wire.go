@@ -17,7 +17,10 @@ import (
 // Metadata keys of the wire format. Every message carries MetaEventType,
 // MetaTenantID, MetaSchemaVersion, MetaOccurredAt and MetaCorrelationID; the
 // aggregate keys are present when the event belongs to an aggregate;
-// MetaCausationID and MetaTraceparent when the event has them.
+// MetaCausationID, MetaTraceparent and MetaTracestate when the event has
+// them. MetaTraceparent and MetaTracestate are the W3C Trace Context of the
+// projector's publish span (see package projector); a consumer's span
+// continues from it (see package inbox).
 const (
 	MetaEventType        = "event_type"
 	MetaAggregateType    = "aggregate_type"
@@ -29,6 +32,7 @@ const (
 	MetaCorrelationID    = "correlation_id"
 	MetaCausationID      = "causation_id"
 	MetaTraceparent      = "traceparent"
+	MetaTracestate       = "tracestate"
 )
 
 // ErrMalformedMessage is returned (usually inside a [*DecodeError]) for a
@@ -134,7 +138,7 @@ func NewMessage(m *outbox.Message) (*message.Message, error) {
 	if md[MetaCorrelationID] == "" {
 		md[MetaCorrelationID] = m.ID
 	}
-	for _, k := range []string{MetaCausationID, MetaTraceparent} {
+	for _, k := range []string{MetaCausationID, MetaTraceparent, MetaTracestate} {
 		if md[k] == "" {
 			delete(md, k)
 		}

@@ -83,12 +83,13 @@ func TestNewMessageDefaults(t *testing.T) {
 		messaging.MetaEventType:   "spoofed",
 		messaging.MetaAggregateID: "spoofed",
 		messaging.MetaCausationID: "",
+		messaging.MetaTracestate:  "",
 	}
 	msg, err := messaging.NewMessage(row)
 	require.NoError(t, err)
 	assert.Equal(t, "order.paid", msg.Metadata.Get(messaging.MetaEventType))
 	assert.Equal(t, row.ID, msg.Metadata.Get(messaging.MetaCorrelationID), "a chain starts at its first event")
-	for _, k := range []string{messaging.MetaAggregateType, messaging.MetaAggregateID, messaging.MetaAggregateVersion, messaging.MetaCausationID, messaging.MetaTraceparent} {
+	for _, k := range []string{messaging.MetaAggregateType, messaging.MetaAggregateID, messaging.MetaAggregateVersion, messaging.MetaCausationID, messaging.MetaTraceparent, messaging.MetaTracestate} {
 		_, ok := msg.Metadata[k]
 		assert.False(t, ok, "key %s must be absent", k)
 	}

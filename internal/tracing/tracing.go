@@ -43,6 +43,10 @@ const (
 // trace instead of continuing one.
 const EventInvalidTraceparent = "bento.traceparent.invalid"
 
+// EventDuplicate is the span event recorded when the inbox skips a message
+// it has already applied.
+const EventDuplicate = "bento.inbox.duplicate"
+
 // Values of the messaging.system and messaging.operation.type attributes.
 const (
 	OpSend    = "send"
