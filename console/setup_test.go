@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -65,6 +66,9 @@ func setupAt(t *testing.T, db *gorm.DB, cfg *console.Config, prefix string) *env
 	}
 	if c.Secret == nil {
 		c.Secret = secret
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	con, err := console.New(store, &c)
 	require.NoError(t, err)

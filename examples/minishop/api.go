@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"gorm.io/gorm"
 
+	"github.com/bentoevents/bento/console"
 	"github.com/bentoevents/bento/examples/minishop/inventory"
 	"github.com/bentoevents/bento/examples/minishop/order"
 	"github.com/bentoevents/bento/idempotency"
@@ -20,9 +21,15 @@ const maxBody = 1 << 20
 
 // handler returns minishop's HTTP API. Every POST honours Idempotency-Key:
 // its unit of work joins the ledger's transaction, so the state change and
-// the stored response commit together.
+// the stored response commit together. The operator console (package
+// console) is mounted at /console/, read-write with payloads hidden; a real
+// deployment would put it behind its operators' authentication.
 func (a *App) handler() (http.Handler, error) {
 	ledger, err := idempotency.New(a.db, &idempotency.Config{MaxBodyBytes: maxBody, Logger: a.log})
+	if err != nil {
+		return nil, err
+	}
+	con, err := console.New(a.units.Outbox(), &console.Config{Title: "minishop outbox", Logger: a.log})
 	if err != nil {
 		return nil, err
 	}
@@ -36,6 +43,7 @@ func (a *App) handler() (http.Handler, error) {
 	mux.HandleFunc("GET /notifications", a.getNotifications)
 	mux.HandleFunc("GET /healthz", a.getHealthz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.metrics, promhttp.HandlerOpts{}))
+	mux.Handle("/console/", http.StripPrefix("/console", con))
 	return mux, nil
 }
 

@@ -14,6 +14,10 @@
 // RabbitMQ, with the topic exchange MINISHOP_EXCHANGE (default
 // minishop.events).
 //
+// The HTTP API also serves the operator console (package console) at
+// /console/: the outbox backlog, a chart of the relay's activity, and the
+// dead letters with Requeue and Discard buttons (payloads hidden).
+//
 // Subcommands: all (the default: HTTP API, projector and consumers in one
 // process), serve (HTTP API only), relay (projector only), worker (consumers
 // only), migrate (create the tables and exit). Several relay and worker
