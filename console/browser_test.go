@@ -34,7 +34,9 @@ import (
 func chromiumPath(t *testing.T) string {
 	t.Helper()
 	if p := os.Getenv("BENTO_CHROMIUM"); p != "" {
-		return p
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
 	}
 	if _, err := os.Stat("/usr/bin/chromium"); err == nil {
 		return "/usr/bin/chromium"

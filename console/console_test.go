@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -390,6 +391,18 @@ func TestStoreErrorRendersA500(t *testing.T) {
 			assert.Contains(t, res.Header.Get("Content-Type"), "text/html", path)
 		}
 	})
+}
+
+func TestRefreshAndTitle(t *testing.T) {
+	t.Parallel()
+	e := setup(t, testenv.SQLite(t), &console.Config{Refresh: 15 * time.Second, Title: "shop <ops>"})
+	_, body := e.get(t, "/")
+	assert.Contains(t, body, `<meta http-equiv="refresh" content="15">`)
+	assert.Contains(t, body, "shop &lt;ops&gt;")
+	_, body = e.get(t, "/dead")
+	assert.NotContains(t, body, "http-equiv", "only the overview reloads itself")
+	_, body = setup(t, testenv.SQLite(t), nil).get(t, "/")
+	assert.NotContains(t, body, "http-equiv")
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
