@@ -2,6 +2,7 @@ package console
 
 import (
 	"net/http"
+	"slices"
 	"sort"
 	"time"
 
@@ -101,7 +102,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	}
 	if c.cfg.Tenant == "" {
 		d.Tenants = tenantsOf(groups)
-		if t != "" && !contains(d.Tenants, t) {
+		if t != "" && !slices.Contains(d.Tenants, t) {
 			d.Tenants = append(d.Tenants, t)
 			sort.Strings(d.Tenants)
 		}
@@ -165,13 +166,4 @@ func tenantsOf(groups []outbox.Group) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
