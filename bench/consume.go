@@ -26,6 +26,7 @@ type consumeConfig struct {
 	Messages    int      `json:"messages"`
 	Concurrency []int    `json:"consumers"`
 	Handlers    []string `json:"handlers"`
+	Modes       []string `json:"modes"`
 }
 
 // consumeHandlers are the handlers measured, with and without the inbox:
@@ -34,8 +35,15 @@ type consumeConfig struct {
 // without it is a statement of its own).
 var consumeHandlers = []string{"noop", "write"}
 
-// consumeModes are the ways each handler is run.
-var consumeModes = []string{"inbox", "plain"}
+// consumeModes are the ways each handler is run: "inbox" is
+// inbox.NewAMQPConsumer, "plain" the same handler on a Watermill router
+// without the inbox, "direct" the inbox middleware called in a loop
+// without any broker (what the inbox's transaction costs alone).
+var consumeModes = []string{"inbox", "plain", "direct"}
+
+// directMax caps the messages of the "direct" mode, which is there to
+// take the broker out of the picture, not to be timed at length.
+const directMax = 5000
 
 // receiptsTable is what the "write" handler inserts into.
 const receiptsTable = "bench_receipts"
@@ -201,6 +209,9 @@ func (b *consumeBed) fill(ctx context.Context, cfg *messaging.AMQPConfig, group 
 // of one group draining the pre-filled queue.
 func runConsume(ctx context.Context, b *consumeBed, handler, mode string, n int) (consumeRun, error) {
 	r := consumeRun{Handler: handler, Mode: mode, Consumers: n, Messages: len(b.msgs)}
+	if mode == "direct" {
+		r.Messages = min(len(b.msgs), directMax)
+	}
 	for _, q := range []string{"TRUNCATE inbox_messages", "TRUNCATE " + receiptsTable, "CHECKPOINT"} {
 		if err := b.db.WithContext(ctx).Exec(q).Error; err != nil {
 			return r, err
@@ -215,13 +226,20 @@ func runConsume(ctx context.Context, b *consumeBed, handler, mode string, n int)
 			}
 		}
 	}()
+	c := newCounter(r.Messages)
+	fn := handlerFunc(handler, b.db, c)
+	if mode == "direct" {
+		if err := runDirect(ctx, b, group, n, fn, c); err != nil {
+			return r, err
+		}
+		r.Seconds, r.Rate = c.rate()
+		return r, b.check(ctx, handler, mode, group, r.Messages)
+	}
 	cfg := &messaging.AMQPConfig{URL: b.e.amqpURL, Exchange: names.Exchange, Logger: b.e.log}
 	if err := b.fill(ctx, cfg, group); err != nil {
 		return r, err
 	}
 
-	c := newCounter(len(b.msgs))
-	fn := handlerFunc(handler, b.db, c)
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var runs []func(context.Context) error
@@ -280,19 +298,85 @@ func runConsume(ctx context.Context, b *consumeBed, handler, mode string, n int)
 		return r, err
 	}
 	r.Seconds, r.Rate = c.rate()
-	return r, b.check(ctx, handler, mode, group)
+	return r, b.check(ctx, handler, mode, group, r.Messages)
+}
+
+// runDirect calls the inbox middleware of group around the handler for
+// each of the first c.want messages, from n goroutines, without a broker.
+func runDirect(ctx context.Context, b *consumeBed, group string, n int,
+	fn func(context.Context, Deposited, *messaging.Envelope) error, c *counter) error {
+	in, err := inbox.New(b.db, &inbox.Config{Consumer: group, Logger: b.e.log})
+	if err != nil {
+		return err
+	}
+	dispatch, err := decodeDispatch(fn)
+	if err != nil {
+		return err
+	}
+	h := in.Middleware(func(msg *message.Message) ([]*message.Message, error) { return nil, dispatch(msg) })
+	var (
+		next atomic.Int64
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= int(c.want) || ctx.Err() != nil {
+					return
+				}
+				m := b.msgs[i].Message.Copy()
+				m.SetContext(ctx)
+				if _, err := h(m); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// decodeDispatch returns what the inbox consumer does with a message
+// before its handler: decode the wire format and the event, then call fn.
+func decodeDispatch(fn func(context.Context, Deposited, *messaging.Envelope) error) (func(*message.Message) error, error) {
+	reg := messaging.NewRegistry()
+	if err := messaging.Register[Deposited](reg); err != nil {
+		return nil, err
+	}
+	return func(msg *message.Message) error {
+		env, err := messaging.Decode(msg)
+		if err != nil {
+			return err
+		}
+		ev, err := reg.Decode(env)
+		if err != nil {
+			return err
+		}
+		d, ok := ev.(Deposited)
+		if !ok {
+			return fmt.Errorf("event %s decoded as %T", env.ID, ev)
+		}
+		return fn(msg.Context(), d, env)
+	}, nil
 }
 
 // check verifies that every message took effect once: one inbox record
 // each (inbox mode) and one receipt each ("write").
-func (b *consumeBed) check(ctx context.Context, handler, mode, group string) error {
+func (b *consumeBed) check(ctx context.Context, handler, mode, group string, want int) error {
 	count := func(q string, args ...any) (int, error) {
 		var n int
 		err := b.db.WithContext(ctx).Raw(q, args...).Scan(&n).Error
 		return n, err
 	}
-	want := len(b.msgs)
-	if mode == "inbox" {
+	if mode != "plain" {
 		n, err := count("SELECT count(*) FROM inbox_messages WHERE consumer = ?", group)
 		if err != nil {
 			return err
@@ -320,8 +404,8 @@ func (b *consumeBed) check(ctx context.Context, handler, mode, group string) err
 // fails).
 func plainConsumer(cfg *messaging.AMQPConfig, group string, n int, e *env,
 	fn func(context.Context, Deposited, *messaging.Envelope) error) (func(context.Context) error, error) {
-	reg := messaging.NewRegistry()
-	if err := messaging.Register[Deposited](reg); err != nil {
+	dispatch, err := decodeDispatch(fn)
+	if err != nil {
 		return nil, err
 	}
 	wlog := watermill.NewSlogLogger(e.log)
@@ -332,21 +416,6 @@ func plainConsumer(cfg *messaging.AMQPConfig, group string, n int, e *env,
 	retry := middleware.Retry{MaxRetries: 5, InitialInterval: 100 * time.Millisecond, MaxInterval: 10 * time.Second,
 		Multiplier: 2, RandomizationFactor: 0.5, ResetContextOnRetry: true, Logger: wlog}
 	router.AddMiddleware(retry.Middleware, middleware.Recoverer)
-	dispatch := func(msg *message.Message) error {
-		env, err := messaging.Decode(msg)
-		if err != nil {
-			return err
-		}
-		ev, err := reg.Decode(env)
-		if err != nil {
-			return err
-		}
-		d, ok := ev.(Deposited)
-		if !ok {
-			return fmt.Errorf("event %s decoded as %T", env.ID, ev)
-		}
-		return fn(msg.Context(), d, env)
-	}
 	var subs []*messaging.AMQPSubscriber
 	for i := range n {
 		sub, err := messaging.NewAMQPSubscriber(cfg, group, topic)
@@ -383,7 +452,7 @@ func runConsumeScenario(ctx context.Context, e *env, cfg consumeConfig, report f
 	var out consumeResult
 	for _, h := range cfg.Handlers {
 		for _, n := range cfg.Concurrency {
-			for _, mode := range consumeModes {
+			for _, mode := range cfg.Modes {
 				r, err := runConsume(ctx, b, h, mode, n)
 				if err != nil {
 					return out, fmt.Errorf("%s: %w", consumeKey(mode, h, n), err)

@@ -139,5 +139,13 @@ func (c consumeConfig) validate() error {
 			errs = append(errs, fmt.Errorf("-consume-handlers: %q, want one of %s", h, strings.Join(consumeHandlers, ", ")))
 		}
 	}
+	if len(c.Modes) == 0 {
+		errs = append(errs, errors.New("-consume-modes: none"))
+	}
+	for _, m := range c.Modes {
+		if !slices.Contains(consumeModes, m) {
+			errs = append(errs, fmt.Errorf("-consume-modes: %q, want one of %s", m, strings.Join(consumeModes, ", ")))
+		}
+	}
 	return errors.Join(errs...)
 }

@@ -27,6 +27,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -50,6 +51,7 @@ type options struct {
 	claim          claimConfig
 	steady         steadyConfig
 	consume        consumeConfig
+	cpuProfile     string
 	from           string
 }
 
@@ -65,6 +67,7 @@ func parseFlags() (options, *env, error) {
 		polls     = durationList{time.Second, 10 * time.Millisecond}
 		consumers = intList{1, 8}
 		handlers  = stringList(consumeHandlers)
+		modes     = stringList(consumeModes)
 	)
 	flag.StringVar(&scenarios, "scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios to run: "+strings.Join(allScenarios, ", "))
 	flag.IntVar(&o.runs, "runs", 3, "repetitions of each scenario; the tables show medians")
@@ -80,19 +83,22 @@ func parseFlags() (options, *env, error) {
 	flag.DurationVar(&o.steady.Duration, "steady-duration", 10*time.Second, "steady: measured time at each rate")
 	flag.DurationVar(&o.steady.Warmup, "steady-warmup", 2*time.Second, "steady: time at each rate before measuring")
 	flag.IntVar(&o.steady.Writers, "steady-writers", 16, "steady: goroutines committing, each with its own account")
+	flag.IntVar(&o.steady.Accounts, "steady-accounts", 1024, "steady: accounts the events change, dealt out to the writers")
 	flag.DurationVar(&o.steady.Idle, "idle", 10*time.Second, "steady: how long the idle relays' CPU is measured (0: not at all)")
 	flag.Var(&polls, "peer-polls", "steady: poll intervals of Watermill's forwarder, comma-separated (empty: no peer)")
 	flag.Float64Var(&o.steady.PeerMaxRate, "peer-max-rate", 1000, "steady: highest rate the forwarder is offered (it relays about 1,400/s at most)")
 	flag.IntVar(&o.consume.Messages, "consume-messages", 20000, "consume: messages pre-published per measurement")
 	flag.Var(&consumers, "consume-consumers", "consume: competing consumers of the group, comma-separated")
 	flag.Var(&handlers, "consume-handlers", "consume: handlers, comma-separated: noop, write")
+	flag.Var(&modes, "consume-modes", "consume: modes, comma-separated: inbox, plain (without the inbox), direct (the inbox without a broker)")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	flag.StringVar(&o.from, "from", "", "measure nothing: print the tables of a results.json written earlier and redraw its chart")
 	flag.StringVar(&e.pgDSN, "pg", "host=127.0.0.1 port=5432 user=postgres dbname=test sslmode=disable", "PostgreSQL keyword/value DSN (search_path is added)")
 	flag.StringVar(&e.amqpURL, "amqp", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL")
 	flag.Parse()
 	o.claim.Limit = 100
 	o.steady.Rates, o.steady.PeerPolls = rates, polls
-	o.consume.Concurrency, o.consume.Handlers = consumers, handlers
+	o.consume.Concurrency, o.consume.Handlers, o.consume.Modes = consumers, handlers, modes
 
 	for _, s := range strings.Split(scenarios, ",") {
 		s = strings.TrimSpace(s)
@@ -164,6 +170,17 @@ func run() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 
 	rep := &Report{
 		Started:   time.Now().UTC(),

@@ -17,13 +17,17 @@ type ConsumeReport struct {
 // ConsumeRow compares one handler with n consumers with and without the
 // inbox (median messages per second over the runs).
 type ConsumeRow struct {
-	Handler   string    `json:"handler"`
-	Consumers int       `json:"consumers"`
-	Inbox     float64   `json:"inbox_messages_per_second"`
-	Plain     float64   `json:"plain_messages_per_second"`
-	Ratio     float64   `json:"inbox_over_plain"`
-	RunsInbox []float64 `json:"runs_inbox"`
-	RunsPlain []float64 `json:"runs_plain"`
+	Handler   string  `json:"handler"`
+	Consumers int     `json:"consumers"`
+	Inbox     float64 `json:"inbox_messages_per_second"`
+	Plain     float64 `json:"plain_messages_per_second"`
+	Ratio     float64 `json:"inbox_over_plain"`
+	// Direct is the inbox middleware called without a broker: the rate
+	// its transactions allow on their own.
+	Direct     float64   `json:"direct_messages_per_second,omitempty"`
+	RunsInbox  []float64 `json:"runs_inbox"`
+	RunsPlain  []float64 `json:"runs_plain"`
+	RunsDirect []float64 `json:"runs_direct,omitempty"`
 }
 
 func summarizeConsume(runs []consumeResult, cfg consumeConfig) *ConsumeReport {
@@ -41,10 +45,12 @@ func summarizeConsume(runs []consumeResult, cfg consumeConfig) *ConsumeReport {
 						row.RunsInbox = append(row.RunsInbox, r.Rate)
 					case "plain":
 						row.RunsPlain = append(row.RunsPlain, r.Rate)
+					case "direct":
+						row.RunsDirect = append(row.RunsDirect, r.Rate)
 					}
 				}
 			}
-			row.Inbox, row.Plain = median(row.RunsInbox), median(row.RunsPlain)
+			row.Inbox, row.Plain, row.Direct = median(row.RunsInbox), median(row.RunsPlain), median(row.RunsDirect)
 			row.Ratio = ratio(row.Inbox, row.Plain)
 			c.Rows = append(c.Rows, row)
 		}
@@ -67,10 +73,11 @@ func consumeTargets(c *ConsumeReport) []Target {
 
 func printConsume(w io.Writer, c *ConsumeReport) {
 	fmt.Fprintf(w, "\nConsumer: %s messages pre-published to the group's queue, drained by n competing consumers;\n"+
-		"inbox = inbox.NewAMQPConsumer, plain = the same handler on a Watermill router over bento's AMQPSubscriber\n",
+		"inbox = inbox.NewAMQPConsumer, without = the same handler on a Watermill router over bento's AMQPSubscriber,\n"+
+		"no broker = the inbox middleware called in a loop, without RabbitMQ\n",
 		thousands(float64(c.Config.Messages)))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "handler\tconsumers\tinbox msg/s\twithout msg/s\tinbox/without\truns (inbox / without)\t")
+	fmt.Fprintln(tw, "handler\tconsumers\tinbox msg/s\twithout msg/s\tinbox/without\tinbox, no broker msg/s\truns (inbox / without)\t")
 	for _, r := range c.Rows {
 		var runs []string
 		for i := range r.RunsInbox {
@@ -80,8 +87,12 @@ func printConsume(w io.Writer, c *ConsumeReport) {
 			}
 			runs = append(runs, thousands(r.RunsInbox[i])+"/"+thousands(p))
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%.2f\t%s\t\n", r.Handler, r.Consumers, thousands(r.Inbox), thousands(r.Plain), r.Ratio,
-			strings.Join(runs, " "))
+		direct := "-"
+		if r.Direct > 0 {
+			direct = thousands(r.Direct)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%.2f\t%s\t%s\t\n", r.Handler, r.Consumers, thousands(r.Inbox), thousands(r.Plain), r.Ratio,
+			direct, strings.Join(runs, " "))
 	}
 	tw.Flush()
 }

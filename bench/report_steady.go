@@ -14,6 +14,7 @@ type SteadyReport struct {
 	Seconds         float64        `json:"seconds_per_measurement"`
 	WarmupSeconds   float64        `json:"warmup_seconds"`
 	Writers         int            `json:"writers"`
+	Accounts        int            `json:"accounts"`
 	IdleSeconds     float64        `json:"idle_seconds"`
 	PeerPolls       []string       `json:"peer_polls"`
 	PeerMaxRate     float64        `json:"peer_max_rate"`
@@ -65,7 +66,7 @@ type SteadyRow struct {
 
 func summarizeSteady(runs []steadyResult, cfg steadyConfig) *SteadyReport {
 	r := &SteadyReport{
-		Rates: cfg.Rates, Seconds: cfg.Duration.Seconds(), WarmupSeconds: cfg.Warmup.Seconds(), Writers: cfg.Writers,
+		Rates: cfg.Rates, Seconds: cfg.Duration.Seconds(), WarmupSeconds: cfg.Warmup.Seconds(), Writers: cfg.Writers, Accounts: cfg.Accounts,
 		IdleSeconds: cfg.Idle.Seconds(), PeerMaxRate: cfg.PeerMaxRate, Runs: runs,
 		ProjectorConfig: "projector.DefaultConfig() (batch 100, 16 in flight, 10 ms busy sleep, 2 s idle poll, LISTEN/NOTIFY), messaging.ConfirmPublisher",
 	}
@@ -143,8 +144,8 @@ func steadyTargets(s *SteadyReport) []Target {
 }
 
 func printSteady(w io.Writer, s *SteadyReport) {
-	fmt.Fprintf(w, "\nSteady state: one event per unit of work at a fixed rate (%d writers, open loop), %.0f s measured after %.0f s warm-up;\n"+
-		"latency from Commit returning to the consumer's receipt. Projector: %s\n", s.Writers, s.Seconds, s.WarmupSeconds, s.ProjectorConfig)
+	fmt.Fprintf(w, "\nSteady state: one event per unit of work at a fixed rate (%d writers, open loop, %d accounts), %.0f s measured after %.0f s warm-up;\n"+
+		"latency from Commit returning to the consumer's receipt. Projector: %s\n", s.Writers, s.Accounts, s.Seconds, s.WarmupSeconds, s.ProjectorConfig)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "relay\toffered/s\tachieved/s\tp50 ms\tp95 ms\tp99 ms\tmax ms\tcommit p50 ms\tlag p99 ms\tlost\tpeer/bento p50\tp99\truns p99 ms\t")
 	for _, r := range s.Rows {

@@ -147,7 +147,7 @@ func TestParseList(t *testing.T) {
 	if err := n.Set("1,x"); err == nil {
 		t.Error("intList accepted x")
 	}
-	if err := (consumeConfig{Messages: 10, Concurrency: []int{1}, Handlers: []string{"sleep"}}).validate(); err == nil {
+	if err := (consumeConfig{Messages: 10, Concurrency: []int{1}, Handlers: []string{"sleep"}, Modes: consumeModes}).validate(); err == nil {
 		t.Error("an unknown handler passed validation")
 	}
 }

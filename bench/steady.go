@@ -30,7 +30,11 @@ type steadyConfig struct {
 	// counted.
 	Warmup  time.Duration `json:"warmup_ns"`
 	Writers int           `json:"writers"`
-	Idle    time.Duration `json:"idle_ns"`
+	// Accounts are the aggregates the events change, dealt out to the
+	// writers, each of which takes its own in turn: with few, the
+	// per-aggregate order lets a claim take only one event per account.
+	Accounts int           `json:"accounts"`
+	Idle     time.Duration `json:"idle_ns"`
 	// PeerPolls are the poll intervals Watermill's forwarder is run with,
 	// at the rates up to PeerMaxRate.
 	PeerPolls   []time.Duration `json:"peer_polls_ns"`
@@ -111,25 +115,31 @@ type steadyRun struct {
 	Negative int       `json:"received_before_commit_returned,omitempty"`
 	Dups     int64     `json:"duplicate_receipts,omitempty"`
 	Unknown  int64     `json:"unknown_receipts,omitempty"`
+	// Relay is where bento's projector spent its time (warm-up included).
+	Relay *relayPhases `json:"relay_phases,omitempty"`
 }
 
-// summarizeTracker turns a tracker into a steadyRun over the events from
-// seq first on; start is when the schedule started (since t0), and
-// measured the wall time of the measured window.
-func summarizeTracker(t *tracker, rate float64, first int, start time.Duration, measured time.Duration) steadyRun {
-	r := steadyRun{Rate: rate, Scheduled: len(t.commit) - first, Dups: t.dup.Load(), Unknown: t.unknowns.Load()}
+// summarizeTracker turns a tracker into a steadyRun over the measured
+// window [from, to) (offsets from t.t0): the events whose commit started
+// in it. Events due in it that no writer started (the writers fell behind
+// and stopped at the end of the schedule) count as scheduled, not
+// committed.
+func summarizeTracker(t *tracker, rate float64, start, from, to time.Duration) steadyRun {
+	r := steadyRun{Rate: rate, Dups: t.dup.Load(), Unknown: t.unknowns.Load()}
 	var lat, commit, lag []time.Duration
-	var last time.Duration
-	for i := first; i < len(t.commit); i++ {
-		c := time.Duration(t.commit[i].Load())
-		if c == 0 {
+	last := to
+	for i := range t.commit {
+		due := start + time.Duration(float64(i)/rate*float64(time.Second))
+		if due >= from && due < to {
+			r.Scheduled++
+		}
+		s, c := time.Duration(t.started[i].Load()), time.Duration(t.commit[i].Load())
+		if s < from || c == 0 {
 			continue
 		}
 		r.Committed++
 		last = max(last, c)
-		s := time.Duration(t.started[i].Load())
 		commit = append(commit, c-s)
-		due := start + time.Duration(float64(i)/rate*float64(time.Second))
 		lag = append(lag, s-due)
 		if rv := time.Duration(t.recv[i].Load()); rv != 0 {
 			r.Received++
@@ -140,11 +150,7 @@ func summarizeTracker(t *tracker, rate float64, first int, start time.Duration, 
 		}
 	}
 	r.Latency, r.Commit, r.Lag = summarize(lat), summarize(commit), summarize(lag)
-	window := last - start - time.Duration(float64(first)/rate*float64(time.Second))
-	if window < measured {
-		window = measured // the last commit returned early in its last interval
-	}
-	r.Achieved = float64(r.Committed) / window.Seconds()
+	r.Achieved = float64(r.Committed) / (last - from).Seconds()
 	return r
 }
 
@@ -152,16 +158,17 @@ func summarizeTracker(t *tracker, rate float64, first int, start time.Duration, 
 // commit returned.
 type commitFunc func(ctx context.Context, a *Account, seq int) error
 
-// offer runs cfg.Writers goroutines, each with its own account, committing
-// the events of an open-loop schedule at rate for warmup + duration. It
-// returns the schedule's start (since tr.t0) once every writer has
-// stopped: after the schedule, or at twice its length if they fell behind.
-func offer(ctx context.Context, tr *tracker, rate float64, d time.Duration, accounts []*Account, commit commitFunc) (time.Duration, error) {
+// offer runs one goroutine per element of accounts, each changing its own
+// accounts in turn, committing the events of an open-loop schedule at rate
+// for d. It returns the schedule's start (since tr.t0) once every writer
+// has stopped: at the end of the schedule, leaving what they did not
+// start by then.
+func offer(ctx context.Context, tr *tracker, rate float64, d time.Duration, accounts [][]*Account, commit commitFunc) (time.Duration, error) {
 	p := &pacer{rate: rate, total: len(tr.commit)}
 	jobs := make(chan job, p.total)
 	start := time.Now()
 	startOff := start.Sub(tr.t0)
-	stopAt := start.Add(2 * d)
+	stopAt := start.Add(d)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go schedule(ctx, p, start, steadyTick, jobs)
@@ -170,13 +177,17 @@ func offer(ctx context.Context, tr *tracker, rate float64, d time.Duration, acco
 		mu   sync.Mutex
 		errs []error
 	)
-	for _, a := range accounts {
+	for _, mine := range accounts {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for j := range jobs {
+			for k := 0; ; k++ {
+				j, ok := <-jobs
+				if !ok {
+					return
+				}
+				a := mine[k%len(mine)]
 				if time.Now().After(stopAt) {
-					cancel()
 					return
 				}
 				tr.started[j.seq].Store(tr.now())
@@ -256,13 +267,15 @@ func (r *receiver) close() {
 	<-r.done
 }
 
-// newAccounts creates n accounts named prefix-<i> in one unit of work.
-func newAccounts(ctx context.Context, units *uow.Manager, prefix string, n int) ([]*Account, error) {
+// newAccounts creates n accounts named prefix-<i> in one unit of work and
+// deals them out to writers (at least one each).
+func newAccounts(ctx context.Context, units *uow.Manager, prefix string, n, writers int) ([][]*Account, error) {
+	n = max(n, writers)
 	accounts := make([]*Account, n)
 	err := units.Run(ctx, func(ctx context.Context, u *uow.UnitOfWork) error {
 		for i := range accounts {
 			a := &Account{Owner: "ann"}
-			a.ID = fmt.Sprintf("%s-%03d", prefix, i)
+			a.ID = fmt.Sprintf("%s-%05d", prefix, i)
 			accounts[i] = a
 			if err := u.Add(a); err != nil {
 				return err
@@ -270,7 +283,16 @@ func newAccounts(ctx context.Context, units *uow.Manager, prefix string, n int) 
 		}
 		return nil
 	})
-	return accounts, err
+	return deal(accounts, writers), err
+}
+
+// deal splits xs into n hands, dealing one at a time.
+func deal[T any](xs []T, n int) [][]T {
+	hands := make([][]T, n)
+	for i, x := range xs {
+		hands[i%n] = append(hands[i%n], x)
+	}
+	return hands
 }
 
 // steadyBed is the schema a steady run works in.
@@ -339,18 +361,18 @@ type bentoRelay struct {
 	pub    *messaging.ConfirmPublisher
 	db     *gorm.DB
 	app    string
-	claims *statementCounter
+	timer  *phaseTimer
 	cancel context.CancelFunc
 	done   chan error
 }
 
 func startBentoRelay(ctx context.Context, b *steadyBed, cfg *messaging.AMQPConfig) (*bentoRelay, error) {
-	r := &bentoRelay{app: "bench-relay-" + randomHex(4), claims: &statementCounter{prefix: "WITH ready AS"}}
+	r := &bentoRelay{app: "bench-relay-" + randomHex(4), timer: &phaseTimer{}}
 	var err error
 	if r.db, err = b.schema.gormAs(r.app, 4); err != nil {
 		return nil, err
 	}
-	store, err := outbox.NewStore(r.db.Session(&gorm.Session{Logger: r.claims}), nil)
+	store, err := outbox.NewStore(r.db.Session(&gorm.Session{Logger: r.timer}), nil)
 	if err != nil {
 		closeGorm(r.db)
 		return nil, err
@@ -362,7 +384,7 @@ func startBentoRelay(ctx context.Context, b *steadyBed, cfg *messaging.AMQPConfi
 	pc := projector.DefaultConfig()
 	pc.WorkerID = r.app
 	pc.Logger = b.e.log
-	if r.proj, err = projector.New(store, r.pub, pc); err != nil {
+	if r.proj, err = projector.New(store, timedPublisher{r.pub, r.timer}, pc); err != nil {
 		r.closeConns()
 		return nil, err
 	}
@@ -404,30 +426,98 @@ func (r *bentoRelay) closeConns() {
 	closeGorm(r.db)
 }
 
-// statementCounter is a GORM logger counting the statements that start
-// with prefix.
-type statementCounter struct {
-	prefix string
-	n      atomic.Int64
+// phaseTimer is a GORM logger that times the projector's claim and
+// mark-sent statements; with timedPublisher it shows where a relay's time
+// goes.
+type phaseTimer struct {
+	mu           sync.Mutex
+	claim, mark  []time.Duration
+	claimedRows  int64
+	publish      []time.Duration
+	publishedMsg int64
 }
 
 // LogMode implements logger.Interface.
-func (c *statementCounter) LogMode(logger.LogLevel) logger.Interface { return c }
+func (t *phaseTimer) LogMode(logger.LogLevel) logger.Interface { return t }
 
 // Info implements logger.Interface.
-func (*statementCounter) Info(context.Context, string, ...any) {}
+func (*phaseTimer) Info(context.Context, string, ...any) {}
 
 // Warn implements logger.Interface.
-func (*statementCounter) Warn(context.Context, string, ...any) {}
+func (*phaseTimer) Warn(context.Context, string, ...any) {}
 
 // Error implements logger.Interface.
-func (*statementCounter) Error(context.Context, string, ...any) {}
+func (*phaseTimer) Error(context.Context, string, ...any) {}
 
-// Trace implements logger.Interface: it counts the statement.
-func (c *statementCounter) Trace(_ context.Context, _ time.Time, fc func() (string, int64), _ error) {
-	if q, _ := fc(); strings.HasPrefix(q, c.prefix) {
-		c.n.Add(1)
+// Trace implements logger.Interface: it times claims and marks.
+func (t *phaseTimer) Trace(_ context.Context, begin time.Time, fc func() (string, int64), _ error) {
+	d := time.Since(begin)
+	q, rows := fc()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case strings.HasPrefix(q, "WITH ready AS"):
+		t.claim = append(t.claim, d)
+		t.claimedRows += rows
+	case strings.HasPrefix(q, "UPDATE outbox_events") && strings.Contains(q, "status = 'sent'"):
+		t.mark = append(t.mark, d)
 	}
+}
+
+// claims returns how many claims ran.
+func (t *phaseTimer) claims() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return int64(len(t.claim))
+}
+
+// reset forgets what was timed so far.
+func (t *phaseTimer) reset() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.claim, t.mark, t.publish, t.claimedRows, t.publishedMsg = nil, nil, nil, 0, 0
+}
+
+// phases summarizes what was timed.
+func (t *phaseTimer) phases() *relayPhases {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := &relayPhases{Claims: len(t.claim), Claim: summarize(t.claim), MarkSent: summarize(t.mark),
+		Batches: len(t.publish), Publish: summarize(t.publish)}
+	if len(t.publish) > 0 {
+		p.RowsPerBatch = float64(t.publishedMsg) / float64(len(t.publish))
+	}
+	return p
+}
+
+// relayPhases is where bento's projector spent its time during a
+// measurement: each claim statement, each PublishBatch call (publish and
+// wait for the broker's confirms) and each mark-sent statement.
+type relayPhases struct {
+	Claims       int       `json:"claims"`
+	Batches      int       `json:"batches"`
+	RowsPerBatch float64   `json:"rows_per_batch"`
+	Claim        latencies `json:"claim"`
+	Publish      latencies `json:"publish_and_confirm"`
+	MarkSent     latencies `json:"mark_sent"`
+}
+
+// timedPublisher is a ConfirmPublisher whose PublishBatch calls are timed.
+type timedPublisher struct {
+	*messaging.ConfirmPublisher
+	t *phaseTimer
+}
+
+// PublishBatch implements projector.BatchPublisher.
+func (p timedPublisher) PublishBatch(ctx context.Context, batch []messaging.Outgoing) []error {
+	start := time.Now()
+	errs := p.ConfirmPublisher.PublishBatch(ctx, batch)
+	d := time.Since(start)
+	p.t.mu.Lock()
+	p.t.publish = append(p.t.publish, d)
+	p.t.publishedMsg += int64(len(batch))
+	p.t.mu.Unlock()
+	return errs
 }
 
 // measureRate offers rate events/s through commit while relay runs (it is
@@ -435,15 +525,14 @@ func (c *statementCounter) Trace(_ context.Context, _ time.Time, fc func() (stri
 // receiver saw.
 func measureRate(ctx context.Context, b *steadyBed, queue string, rate float64, prefix string, commit commitFunc) (steadyRun, error) {
 	cfg := b.cfg
-	warm := int(rate * cfg.Warmup.Seconds())
-	total := warm + int(rate*cfg.Duration.Seconds())
+	total := int(rate * (cfg.Warmup + cfg.Duration).Seconds())
 	tr := newTracker(total)
 	rcv, err := startReceiver(b.e, queue, tr)
 	if err != nil {
 		return steadyRun{}, err
 	}
 	defer rcv.close()
-	accounts, err := newAccounts(ctx, b.units, prefix, cfg.Writers)
+	accounts, err := newAccounts(ctx, b.units, prefix, cfg.Accounts, cfg.Writers)
 	if err != nil {
 		return steadyRun{}, err
 	}
@@ -458,7 +547,7 @@ func measureRate(ctx context.Context, b *steadyBed, queue string, rate float64, 
 		}
 	}
 	waitReceived(ctx, tr, committed, 30*time.Second)
-	return summarizeTracker(tr, rate, warm, start, cfg.Duration), ctx.Err()
+	return summarizeTracker(tr, rate, start, start+cfg.Warmup, start+cfg.Warmup+cfg.Duration), ctx.Err()
 }
 
 // runSteadyBento measures bento at rate: units of work committing one
@@ -496,7 +585,9 @@ func runSteadyBento(ctx context.Context, b *steadyBed, rate float64) (steadyRun,
 		}
 		return u.Commit(ctx)
 	}
+	relay.timer.reset()
 	r, err := measureRate(ctx, b, names.Queue, rate, "bento-"+randomHex(3), commit)
+	r.Relay = relay.timer.phases()
 	return r, errors.Join(err, relay.stop())
 }
 
@@ -514,7 +605,7 @@ func idleBento(ctx context.Context, b *steadyBed) (IdleCPU, error) {
 	if err != nil {
 		return IdleCPU{}, err
 	}
-	idle, err := measureIdle(ctx, b, relay.appNames(), func() int64 { return relay.claims.n.Load() })
+	idle, err := measureIdle(ctx, b, relay.appNames(), relay.timer.claims)
 	idle.Key, idle.Label = "bento", "bento projector (NOTIFY, 2 s fallback poll)"
 	return idle, errors.Join(err, relay.stop())
 }
@@ -597,8 +688,12 @@ func runSteady(ctx context.Context, e *env, cfg steadyConfig, report func(string
 	}
 	add := func(key, label, family string, r steadyRun) {
 		res.Points = append(res.Points, steadyPoint{Key: key, Label: label, Family: family, steadyRun: r})
-		report(fmt.Sprintf("%-40s %6s/s offered, %6s/s achieved: p50 %7.2f ms, p95 %7.2f ms, p99 %7.2f ms (%d/%d received)",
-			label, thousands(r.Rate), thousands(r.Achieved), r.Latency.P50, r.Latency.P95, r.Latency.P99, r.Received, r.Committed))
+		report(fmt.Sprintf("%-40s %6s/s offered, %6s/s achieved (commit p50 %.1f ms): p50 %7.2f ms, p95 %7.2f ms, p99 %7.2f ms (%d/%d received)",
+			label, thousands(r.Rate), thousands(r.Achieved), r.Commit.P50, r.Latency.P50, r.Latency.P95, r.Latency.P99, r.Received, r.Committed))
+		if p := r.Relay; p != nil {
+			report(fmt.Sprintf("  relay: %d batches of %.1f rows; claim p50 %.2f ms p99 %.2f ms, publish+confirm p50 %.2f ms p99 %.2f ms, mark sent p50 %.2f ms p99 %.2f ms",
+				p.Batches, p.RowsPerBatch, p.Claim.P50, p.Claim.P99, p.Publish.P50, p.Publish.P99, p.MarkSent.P50, p.MarkSent.P99))
+		}
 	}
 	for _, rate := range cfg.Rates {
 		r, err := runSteadyBento(ctx, b, rate)
