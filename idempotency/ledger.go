@@ -214,6 +214,7 @@ func (l *Ledger) attempt(w http.ResponseWriter, r *http.Request, next http.Handl
 		l.notRecorded(w, r, req, "commit", err)
 		return false
 	}
+	uow.Committed(hctx) // the AfterCommit hooks of the handler's units
 	resp.writeTo(w, nil)
 	return false
 }

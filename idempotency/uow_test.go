@@ -44,7 +44,8 @@ func TestHandlerUnitOfWorkJoinsLedgerTransaction(t *testing.T) {
 		require.NoError(t, outbox.Migrate(ctx, db))
 		require.NoError(t, db.AutoMigrate(&Widget{}))
 		e := setup(t, b, db, nil)
-		units, err := uow.New(db, nil)
+		woken := 0 // AfterCommit hooks run: only for a committed ledger transaction
+		units, err := uow.New(db, &uow.Config{AfterCommit: func(n int) { woken += n }})
 		require.NoError(t, err)
 
 		calls := 0
@@ -83,6 +84,7 @@ func TestHandlerUnitOfWorkJoinsLedgerTransaction(t *testing.T) {
 		assert.Zero(t, count(&Widget{}), "no aggregate after a 5xx")
 		assert.Zero(t, count(&outbox.Message{}), "no outbox event after a 5xx")
 		assert.Zero(t, count(&idempotency.Record{}), "no key after a 5xx")
+		assert.Zero(t, woken, "no AfterCommit hook for a rolled back request")
 
 		require.Equal(t, http.StatusCreated, send())
 		assert.Equal(t, int64(1), count(&Widget{}))
@@ -96,8 +98,11 @@ func TestHandlerUnitOfWorkJoinsLedgerTransaction(t *testing.T) {
 		require.Len(t, rows, 1)
 		assert.Equal(t, idempotency.StateCompleted, rows[0].State)
 
+		assert.Equal(t, 1, woken, "the hook ran once the ledger committed")
+
 		require.Equal(t, http.StatusCreated, send(), "replayed")
 		assert.Equal(t, 2, calls)
+		assert.Equal(t, 1, woken, "a replay commits nothing new")
 		assert.Equal(t, int64(1), count(&outbox.Message{}))
 	})
 }

@@ -233,6 +233,7 @@ func (in *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		if err := txn.Commit(tx); err != nil {
 			return nil, wrapDB("commit", err)
 		}
+		uow.Committed(hctx) // the AfterCommit hooks of the handler's units
 		in.processed.Inc()
 		return produced, nil
 	}

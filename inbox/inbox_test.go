@@ -253,10 +253,14 @@ func TestChainedHandlerCommitsAllOrNothing(t *testing.T) {
 			s.ID = "apple"
 			return u.Add(s)
 		}))
-		var attempts atomic.Int32
+		var attempts, woken atomic.Int32
+		// The handler's unit joins the inbox transaction; its AfterCommit
+		// hook must run only once that transaction has committed.
+		hooked, err := uow.New(db, &uow.Config{AfterCommit: func(n int) { woken.Add(int32(n)) }})
+		require.NoError(t, err)
 		h := e.in.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 			n := attempts.Add(1)
-			err := e.units.Run(msg.Context(), func(ctx context.Context, u *uow.UnitOfWork) error {
+			err := hooked.Run(msg.Context(), func(ctx context.Context, u *uow.UnitOfWork) error {
 				s, err := uow.Get[Stock](ctx, u, "apple")
 				if err != nil {
 					return err
@@ -273,8 +277,9 @@ func TestChainedHandlerCommitsAllOrNothing(t *testing.T) {
 		placed := newMsg("01ORDERPLACEDEVENT00000001")
 		placed.Metadata.Set(messaging.MetaCorrelationID, "corr-42")
 
-		_, err := h(placed)
+		_, err = h(placed)
 		require.Error(t, err, "the commit fails")
+		assert.Zero(t, woken.Load(), "no AfterCommit hook for a transaction that failed to commit")
 		t.Logf("commit error: %v", err)
 		assert.Equal(t, int64(0), e.count(t, &Stock{}, "reserved > 0"), "no state change")
 		assert.Equal(t, int64(0), e.count(t, &outbox.Message{}, "topic = 'stock.reserved'"), "no outbox row")
@@ -285,6 +290,7 @@ func TestChainedHandlerCommitsAllOrNothing(t *testing.T) {
 			require.NoError(t, err)
 		}
 		assert.EqualValues(t, 2, attempts.Load())
+		assert.EqualValues(t, 1, woken.Load(), "the hook ran once, for the one event committed")
 		assert.Equal(t, int64(1), e.count(t, &Stock{}, "reserved = 1 AND version = 2"))
 		assert.Equal(t, int64(1), e.count(t, &inbox.Record{}, ""))
 		var rows []outbox.Message

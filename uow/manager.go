@@ -42,10 +42,15 @@ type Config struct {
 	// event. Defaults to none.
 	Producer string
 	// AfterCommit, when set, is called after each commit of a unit that
-	// owns its transaction and wrote at least one event, with the number of
-	// events. Use it to wake an in-process projector (projector.Wake) where
-	// the database has no NOTIFY, as on SQLite. It must not block. Defaults
-	// to none.
+	// wrote at least one event, with the number of events, once those
+	// events are committed: at once for a unit that owns its transaction;
+	// for a unit that joined a caller's transaction, when the owner reports
+	// the commit (the outer unit's Commit, or uow.Committed, which the inbox
+	// middleware and the idempotency ledger call). It may also run for a
+	// joined unit whose enclosing savepoint was rolled back later, so use
+	// it for hints: wake an in-process projector (projector.Wake) where the
+	// database has no NOTIFY, as on SQLite. It must not block. Defaults to
+	// none.
 	AfterCommit func(events int)
 	// Registerer, when set, receives bento_outbox_enqueued_total{topic}: the
 	// events committed by this manager's units (joined units count when
@@ -167,10 +172,10 @@ func (m *Manager) Begin(ctx context.Context, opts *BeginOpts) (*UnitOfWork, erro
 		return nil, fmt.Errorf("uow: begin: %w", err)
 	}
 	u := &UnitOfWork{m: m, tenant: tid, seen: map[aggregate.Root]bool{}}
-	if outer, ok := TxFromContext(ctx); ok {
-		u.tx = outer
+	if outer := scopeFrom(ctx); outer != nil {
+		u.tx, u.scope = outer.tx, outer
 		u.savepoint = fmt.Sprintf("bento_uow_%d", savepointSeq.Add(1))
-		if err := outer.WithContext(ctx).SavePoint(u.savepoint).Error; err != nil {
+		if err := outer.tx.WithContext(ctx).SavePoint(u.savepoint).Error; err != nil {
 			return nil, wrapDB("begin: savepoint", err)
 		}
 		return u, nil
@@ -179,7 +184,7 @@ func (m *Manager) Begin(ctx context.Context, opts *BeginOpts) (*UnitOfWork, erro
 	if tx.Error != nil {
 		return nil, wrapDB("begin", tx.Error)
 	}
-	u.tx = tx
+	u.tx, u.scope = tx, &txScope{tx: tx}
 	return u, nil
 }
 
@@ -225,7 +230,9 @@ func (m *Manager) Run(ctx context.Context, fn func(ctx context.Context, u *UnitO
 // RunTx runs fn in a unit of work that joins tx, the caller's transaction,
 // through a savepoint. It never commits or rolls back tx: when fn fails, the
 // savepoint is rolled back and the error returned; the caller decides the
-// fate of tx.
+// fate of tx. The unit's AfterCommit hook does not run, since bento does not
+// see the caller's commit; to have it run, begin the units with a context
+// from ContextWithTx and call Committed with it after the commit.
 func (m *Manager) RunTx(ctx context.Context, tx *gorm.DB, fn func(ctx context.Context, u *UnitOfWork) error) error {
 	if tx == nil {
 		return errors.New("uow: RunTx: nil transaction")

@@ -68,8 +68,9 @@ func TestContextMetadataOnEvents(t *testing.T) {
 	})
 }
 
-// TestAfterCommitHook checks that the hook sees each owned commit with
-// events, and neither rollbacks, event-less commits nor joined units.
+// TestAfterCommitHook checks that the hook sees each commit with events once
+// it is final: owned units at once, joined units when the owner of the
+// transaction commits; never rollbacks or event-less commits.
 func TestAfterCommitHook(t *testing.T) {
 	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend, db *gorm.DB) {
 		e := setup(t, b, db)
@@ -92,7 +93,56 @@ func TestAfterCommitHook(t *testing.T) {
 			return u.Add(OpenAccount("acc-3", "cy", e.stamper))
 		}))
 		require.NoError(t, outer.Commit().Error)
-		assert.Equal(t, []int{2}, calls)
+		assert.Equal(t, []int{2}, calls, "RunTx's caller commits where bento cannot see it")
+
+		// A transaction carried by a context: the hooks of the units that
+		// joined it run when its owner reports the commit, and only then.
+		calls = nil
+		tx := db.Begin()
+		tctx := uow.ContextWithTx(ctx, tx)
+		require.NoError(t, units.Run(tctx, func(ctx context.Context, u *uow.UnitOfWork) error {
+			return u.Add(OpenAccount("acc-4", "di", e.stamper))
+		}))
+		assert.Empty(t, calls, "not before the owner commits")
+		require.NoError(t, tx.Commit().Error)
+		uow.Committed(tctx)
+		assert.Equal(t, []int{1}, calls)
+		uow.Committed(tctx)
+		assert.Equal(t, []int{1}, calls, "each hook runs once")
+
+		calls = nil
+		tx = db.Begin()
+		tctx = uow.ContextWithTx(ctx, tx)
+		require.NoError(t, units.Run(tctx, func(ctx context.Context, u *uow.UnitOfWork) error {
+			return u.Add(OpenAccount("acc-5", "ed", e.stamper))
+		}))
+		require.NoError(t, tx.Rollback().Error)
+		assert.Empty(t, calls, "a rolled back transaction is never reported")
+
+		// Units nested in a unit that owns its transaction: their hooks run
+		// after the outer commit, the outer unit's first.
+		calls = nil
+		require.NoError(t, units.Run(ctx, func(ctx context.Context, u *uow.UnitOfWork) error {
+			if err := units.Run(ctx, func(ctx context.Context, inner *uow.UnitOfWork) error {
+				b := OpenAccount("acc-6", "fay", e.stamper)
+				if err := b.Deposit(5); err != nil {
+					return err
+				}
+				return inner.Add(b)
+			}); err != nil {
+				return err
+			}
+			assert.Empty(t, calls, "the nested unit's hook waits for the outer commit")
+			return u.Add(OpenAccount("acc-7", "gus", e.stamper))
+		}))
+		assert.Equal(t, []int{1, 2}, calls)
+		require.Error(t, units.Run(ctx, func(ctx context.Context, u *uow.UnitOfWork) error {
+			require.NoError(t, units.Run(ctx, func(ctx context.Context, inner *uow.UnitOfWork) error {
+				return inner.Add(OpenAccount("acc-8", "hal", e.stamper))
+			}))
+			return errInjected
+		}))
+		assert.Equal(t, []int{1, 2}, calls, "nothing runs when the outer unit rolls back")
 	})
 }
 

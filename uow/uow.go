@@ -25,7 +25,8 @@ var savepointSeq atomic.Uint64
 type UnitOfWork struct {
 	m         *Manager
 	tx        *gorm.DB
-	savepoint string // set when the unit joined a caller's transaction
+	scope     *txScope // the transaction as contexts carry it: the caller's when joined
+	savepoint string   // set when the unit joined a caller's transaction
 	tenant    string
 	tracked   []aggregate.Root
 	seen      map[aggregate.Root]bool
@@ -45,7 +46,7 @@ func (u *UnitOfWork) Tx(ctx context.Context) *gorm.DB { return u.tx.WithContext(
 // Context returns a copy of ctx carrying the unit's transaction and tenant,
 // for code that finds them with TxFromContext, DB and tenant.From.
 func (u *UnitOfWork) Context(ctx context.Context) context.Context {
-	return tenant.With(ContextWithTx(ctx, u.tx), u.tenant)
+	return tenant.With(withScope(ctx, u.scope), u.tenant)
 }
 
 // Track adds aggregates to the unit: at Commit each is saved and its pending
@@ -134,8 +135,16 @@ func (u *UnitOfWork) Commit(ctx context.Context) (err error) {
 			}
 		}
 	}
-	if events > 0 && !u.Joined() && u.m.cfg.AfterCommit != nil {
-		u.m.cfg.AfterCommit(events)
+	if hook := u.m.cfg.AfterCommit; hook != nil && events > 0 {
+		if u.Joined() {
+			n := events
+			u.scope.add(func() { hook(n) }) // runs when the owner of the transaction commits
+		} else {
+			hook(events)
+		}
+	}
+	if !u.Joined() {
+		u.scope.run() // the hooks of the units that joined this one
 	}
 	return nil
 }

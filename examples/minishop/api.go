@@ -34,7 +34,7 @@ func (a *App) handler() (http.Handler, error) {
 		return nil, err
 	}
 	mux := http.NewServeMux()
-	post := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, a.wakeAfter(ledger.Middleware(h))) }
+	post := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, ledger.Middleware(h)) }
 	post("POST /orders", a.postOrder)
 	post("POST /orders/{id}/pay", a.postPay)
 	post("POST /orders/{id}/cancel", a.postCancel)
@@ -45,20 +45,6 @@ func (a *App) handler() (http.Handler, error) {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.metrics, promhttp.HandlerOpts{}))
 	mux.Handle("/console/", http.StripPrefix("/console", con))
 	return mux, nil
-}
-
-// wakeAfter wakes the in-process projector after next has answered. A
-// request with an Idempotency-Key commits in the ledger's transaction, which
-// the unit of work only joins (so its AfterCommit hook does not fire); the
-// ledger commits before it answers, so the events are visible by now. On
-// PostgreSQL the commit's NOTIFY wakes every projector anyway.
-func (a *App) wakeAfter(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		next.ServeHTTP(w, r)
-		if a.wake != nil && r.Header.Get(idempotency.HeaderKey) != "" {
-			a.wake()
-		}
-	})
 }
 
 type itemJSON struct {
