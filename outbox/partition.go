@@ -191,13 +191,7 @@ func Maintain(ctx context.Context, db *gorm.DB, opts *MaintainOpts) (*MaintainRe
 	if o.LockTimeout <= 0 {
 		o.LockTimeout = DefaultLockTimeout
 	}
-	return maintain(ctx, db, table, o, "outbox")
-}
-
-// maintain runs the engine on t with o defaulted (Ahead is defaulted by the
-// engine, as it depends on the table's interval).
-func maintain(ctx context.Context, db *gorm.DB, t partition.Table, o MaintainOpts, pkg string) (*MaintainResult, error) {
-	res, err := partition.Maintain(ctx, db, t, partition.Opts{
+	res, err := partition.Maintain(ctx, db, table, partition.Opts{
 		Ahead:       o.Ahead,
 		Retention:   o.Retention,
 		SealAfter:   o.SealAfter,
@@ -206,7 +200,7 @@ func maintain(ctx context.Context, db *gorm.DB, t partition.Table, o MaintainOpt
 	})
 	out := &MaintainResult{Created: res.Created, Sealed: res.Sealed, Dropped: res.Dropped, Kept: res.Kept, Blocked: res.Blocked}
 	if err != nil {
-		return out, wrapDB(pkg+": maintain", err)
+		return out, wrapDB("outbox: maintain", err)
 	}
 	return out, nil
 }
