@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
 	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/internal/dialect"
+	"github.com/bentoevents/bento/internal/tracing"
 	"github.com/bentoevents/bento/tenant"
 )
 
@@ -28,6 +31,11 @@ type Config struct {
 	// Stamper provides created_at times and the ids of events added with
 	// [Store.Add]. Defaults to aggregate.SystemStamper.
 	Stamper aggregate.Stamper
+	// Propagator writes the trace context of the span in Add's context
+	// into the event's metadata (traceparent, tracestate), so the publish
+	// and consume spans continue the caller's trace. Defaults to W3C Trace
+	// Context.
+	Propagator propagation.TextMapPropagator
 }
 
 func (c *Config) withDefaults() (Config, error) {
@@ -58,6 +66,7 @@ type Store struct {
 	dialect     dialect.Dialect
 	cfg         Config
 	partitioned partitioned
+	tracing     tracing.Tracing
 }
 
 // NewStore returns a store over db (PostgreSQL or SQLite). cfg may be nil.
@@ -70,7 +79,7 @@ func NewStore(db *gorm.DB, cfg *Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{db: db, dialect: d, cfg: c}, nil
+	return &Store{db: db, dialect: d, cfg: c, tracing: tracing.New(nil, c.Propagator)}, nil
 }
 
 // DB returns the database the store was created with.
@@ -138,6 +147,7 @@ func (s *Store) Add(ctx context.Context, tx *gorm.DB, topic string, payload any,
 		k := opts.DedupKey
 		m.DedupKey = &k
 	}
+	m.Metadata = s.traceInto(ctx, m.Metadata)
 	if err := s.Insert(ctx, tx, []*Message{m}); err != nil {
 		return nil, err
 	}
@@ -278,4 +288,26 @@ func (s *Store) Get(ctx context.Context, id string) (*Message, error) {
 		return nil, wrapDB("outbox: get", err)
 	}
 	return &m, nil
+}
+
+// traceInto returns md with the trace context of the span in ctx, unless md
+// or the metadata ctx carries (WithMetadata) already has a traceparent: the
+// caller's choice is kept. Without a valid span md is returned as it is.
+func (s *Store) traceInto(ctx context.Context, md Metadata) Metadata {
+	if _, set := md[MetaTraceparent]; set {
+		return md
+	}
+	if _, set := MetadataFrom(ctx)[MetaTraceparent]; set {
+		return md
+	}
+	tc := s.tracing.Inject(ctx, nil)
+	if len(tc) == 0 {
+		return md
+	}
+	out := maps.Clone(md)
+	if out == nil {
+		out = Metadata{}
+	}
+	maps.Copy(out, tc)
+	return out
 }
