@@ -21,6 +21,14 @@
 // Create the table with [Migrate], or take the SQL from [Migrations] for your
 // own migration tool.
 //
+// # Retention
+//
+// [Store.PurgeSent] deletes old sent rows in short batches. On PostgreSQL the
+// table can instead be created partitioned by day or month
+// ([MigrateWith] with [MigrateOpts].Partitioning); [Maintain], run on a
+// schedule, then creates partitions ahead, seals old ones so claims skip
+// them, and drops those past retention whose rows are all sent.
+//
 // # Limits
 //
 // Payloads must be valid JSON of at most [Config].MaxPayloadBytes (1 MiB by

@@ -71,3 +71,27 @@ func TestUpAppliesOnceAndRecords(t *testing.T) {
 		assert.Nil(t, st[2].AppliedAt)
 	})
 }
+
+func TestLoadVariantReplacesByName(t *testing.T) {
+	t.Parallel()
+	fsys := fstest.MapFS{
+		"postgres/001_create.sql":             {Data: []byte("CREATE TABLE plain")},
+		"postgres/002_index.sql":              {Data: []byte("CREATE INDEX")},
+		"postgres_partitioned/001_create.sql": {Data: []byte("CREATE TABLE partitioned")},
+	}
+	ms, err := migrate.LoadVariant(fsys, dialect.Postgres, "partitioned")
+	require.NoError(t, err)
+	require.Len(t, ms, 2)
+	assert.Equal(t, migrate.Migration{Version: 1, Name: "create", SQL: "CREATE TABLE partitioned"}, ms[0])
+	assert.Equal(t, "CREATE INDEX", ms[1].SQL, "later files are shared")
+
+	plain, err := migrate.LoadVariant(fsys, dialect.Postgres, "")
+	require.NoError(t, err)
+	assert.Equal(t, "CREATE TABLE plain", plain[0].SQL)
+
+	fsys["postgres_partitioned/003_extra.sql"] = &fstest.MapFile{Data: []byte("x")}
+	_, err = migrate.LoadVariant(fsys, dialect.Postgres, "partitioned")
+	assert.Error(t, err, "a variant file must replace a file of the dialect")
+	_, err = migrate.LoadVariant(fsys, dialect.Postgres, "missing")
+	assert.Error(t, err)
+}
