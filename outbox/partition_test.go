@@ -369,3 +369,19 @@ func TestPurgeDoesNotBlockClaim(t *testing.T) {
 		assert.Equal(t, int64(5), countRows(t, db, ""))
 	})
 }
+
+func TestMaintainLeavesRangesTheDefaultHolds(t *testing.T) {
+	t.Parallel()
+	e := partitionedEnv(t) // partitions up to Nov 11
+	ctx := context.Background()
+	late := e.addAt(t, day(19, time.Hour), outbox.StatusNew, nil) // Nov 20: no partition yet
+	require.Equal(t, "outbox_events_default", partitionOf(t, e.db, late.ID))
+
+	res, err := outbox.Maintain(ctx, e.db, &outbox.MaintainOpts{Now: func() time.Time { return day(19, 2*time.Hour) }})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"outbox_events_p20261120"}, res.Blocked, "the default holds a row of Nov 20")
+	assert.Len(t, res.Created, 7, "Nov 21 to Nov 27")
+	assert.Equal(t, "outbox_events_default", partitionOf(t, e.db, late.ID), "the row stays where it is")
+	e.stamper.Set(day(19, 2*time.Hour))
+	assert.Equal(t, []string{late.ID}, ids(e.claim(t, "w", 10)), "and is claimed from there")
+}
