@@ -84,6 +84,7 @@ func parseFlags() (options, *env, error) {
 	flag.DurationVar(&o.steady.Warmup, "steady-warmup", 2*time.Second, "steady: time at each rate before measuring")
 	flag.IntVar(&o.steady.Writers, "steady-writers", 16, "steady: goroutines committing, each with its own account")
 	flag.IntVar(&o.steady.Accounts, "steady-accounts", 1024, "steady: accounts the events change, dealt out to the writers")
+	flag.BoolVar(&o.steady.NoNotify, "steady-no-notify", false, "steady: an experiment: disable the outbox's NOTIFY trigger (the projector then polls)")
 	flag.DurationVar(&o.steady.Idle, "idle", 10*time.Second, "steady: how long the idle relays' CPU is measured (0: not at all)")
 	flag.Var(&polls, "peer-polls", "steady: poll intervals of Watermill's forwarder, comma-separated (empty: no peer)")
 	flag.Float64Var(&o.steady.PeerMaxRate, "peer-max-rate", 1000, "steady: highest rate the forwarder is offered (it relays about 1,400/s at most)")

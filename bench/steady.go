@@ -39,6 +39,10 @@ type steadyConfig struct {
 	// at the rates up to PeerMaxRate.
 	PeerPolls   []time.Duration `json:"peer_polls_ns"`
 	PeerMaxRate float64         `json:"peer_max_rate"`
+	// NoNotify disables the outbox's NOTIFY trigger: an experiment that
+	// shows what the wake-up costs the writers (the projector then finds
+	// commits by polling every BusySleep or IdleSleep).
+	NoNotify bool `json:"no_notify,omitempty"`
 }
 
 // steadyTick is how often the schedule hands out the events that came due.
@@ -324,6 +328,11 @@ func newSteadyBed(ctx context.Context, e *env, cfg steadyConfig) (b *steadyBed, 
 	}
 	if b.units, err = uow.New(b.db, nil); err != nil {
 		return nil, err
+	}
+	if cfg.NoNotify {
+		if err := b.db.WithContext(ctx).Exec("ALTER TABLE outbox_events DISABLE TRIGGER outbox_events_notify").Error; err != nil {
+			return nil, err
+		}
 	}
 	if b.admin, err = sql.Open("pgx", e.pgDSN); err != nil {
 		return nil, err
@@ -700,7 +709,11 @@ func runSteady(ctx context.Context, e *env, cfg steadyConfig, report func(string
 		if err != nil {
 			return res, fmt.Errorf("bento at %v/s: %w", rate, err)
 		}
-		add(steadyKey("bento", rate), "bento projector, ConfirmPublisher", "bento", r)
+		label := "bento projector, ConfirmPublisher"
+		if cfg.NoNotify {
+			label += ", NOTIFY trigger off"
+		}
+		add(steadyKey("bento", rate), label, "bento", r)
 		if rate > cfg.PeerMaxRate {
 			continue
 		}
