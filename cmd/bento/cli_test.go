@@ -539,7 +539,10 @@ func TestConsoleServesTheDashboard(t *testing.T) {
 	cmd.Stderr = &errb
 	require.NoError(t, cmd.Start())
 	lines := bufio.NewScanner(stdout)
-	require.True(t, lines.Scan(), "no output; stderr: %s", errb.String())
+	if !lines.Scan() {
+		_ = cmd.Wait() // stderr is complete only once the process has ended
+		t.Fatalf("no output; stderr: %s", errb.String())
+	}
 	first := lines.Text()
 	require.True(t, strings.HasPrefix(first, "bento console: serving on http://127.0.0.1:"), first)
 	base := strings.TrimPrefix(first, "bento console: serving on ")
