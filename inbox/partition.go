@@ -84,6 +84,10 @@ type MaintainOpts struct {
 	LockTimeout time.Duration
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
+	// DryRun reports what the run would do without doing it: no lock is
+	// taken and nothing changes; the result lists the partitions that would
+	// be created, sealed, dropped or kept. Defaults to false.
+	DryRun bool
 }
 
 // table describes partitioned inbox_messages to the maintenance engine.
@@ -129,7 +133,7 @@ func Maintain(ctx context.Context, db *gorm.DB, opts *MaintainOpts) (*outbox.Mai
 		now = o.Now
 	}
 	res, err := partition.Maintain(ctx, db, table, partition.Opts{
-		Ahead: o.Ahead, Retention: o.Retention, LockTimeout: o.LockTimeout, Now: now().UTC(),
+		Ahead: o.Ahead, Retention: o.Retention, LockTimeout: o.LockTimeout, Now: now().UTC(), DryRun: o.DryRun,
 	})
 	out := &outbox.MaintainResult{Created: res.Created, Dropped: res.Dropped, Blocked: res.Blocked}
 	if err != nil {

@@ -66,11 +66,18 @@ func TestPartitionedInboxDedupAndRetention(t *testing.T) {
 
 	// Retention: with 5 days, on Nov 8 the Nov 2 partition goes (its
 	// range ended Nov 3), the Nov 4 one stays.
+	plan, err := inbox.Maintain(ctx, db, &inbox.MaintainOpts{
+		Retention: 5 * 24 * time.Hour, Now: func() time.Time { return nov1.AddDate(0, 0, 7) }, DryRun: true,
+	})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"inbox_messages_p20261101", "inbox_messages_p20261102"}, plan.Dropped)
+	assert.Equal(t, "inbox_messages_p20261102", inboxPartitionOf(t, db, "billing", nov2), "a dry run drops nothing")
 	res, err := inbox.Maintain(ctx, db, &inbox.MaintainOpts{
 		Retention: 5 * 24 * time.Hour, Now: func() time.Time { return nov1.AddDate(0, 0, 7) },
 	})
 	require.NoError(t, err)
 	assert.Equal(t, []string{"inbox_messages_p20261101", "inbox_messages_p20261102"}, res.Dropped)
+	assert.Equal(t, plan.Created, res.Created)
 	assert.Contains(t, res.Created, "inbox_messages_p20261115")
 	ok, err := in.Processed(ctx, nov2)
 	require.NoError(t, err)

@@ -93,6 +93,10 @@ type MaintainOpts struct {
 	LockTimeout time.Duration
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
+	// DryRun reports what the run would do without doing it: no lock is
+	// taken and nothing changes; the result lists the partitions that would
+	// be created, sealed, dropped or kept. Defaults to false.
+	DryRun bool
 }
 
 // MaintainResult says what a [Maintain] run did, by partition name.
@@ -197,6 +201,7 @@ func Maintain(ctx context.Context, db *gorm.DB, opts *MaintainOpts) (*MaintainRe
 		SealAfter:   o.SealAfter,
 		LockTimeout: o.LockTimeout,
 		Now:         clock(o.Now).UTC(),
+		DryRun:      o.DryRun,
 	})
 	out := &MaintainResult{Created: res.Created, Sealed: res.Sealed, Dropped: res.Dropped, Kept: res.Kept, Blocked: res.Blocked}
 	if err != nil {

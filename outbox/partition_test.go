@@ -141,8 +141,17 @@ func TestMaintainDropsOnlyFullySentPartitions(t *testing.T) {
 	pending := e.addAt(t, day(1, 2*time.Hour), outbox.StatusNew, nil) // keeps Nov 2
 
 	now := day(20, 3*time.Hour) // Nov 21
+	before := partitions(t, e.db)
+	plan, err := outbox.Maintain(ctx, e.db, &outbox.MaintainOpts{Now: func() time.Time { return now }, DryRun: true})
+	require.NoError(t, err)
+	assert.Equal(t, before, partitions(t, e.db), "a dry run changes nothing")
 	res, err := outbox.Maintain(ctx, e.db, &outbox.MaintainOpts{Now: func() time.Time { return now }})
 	require.NoError(t, err)
+	assert.ElementsMatch(t, res.Created, plan.Created, "the dry run foresaw what was created")
+	assert.ElementsMatch(t, res.Sealed, plan.Sealed, "... sealed")
+	assert.ElementsMatch(t, res.Dropped, plan.Dropped, "... dropped")
+	assert.ElementsMatch(t, res.Kept, plan.Kept, "... kept")
+	assert.NotEmpty(t, plan.Sealed)
 
 	assert.Contains(t, res.Dropped, "outbox_events_p20261101")
 	assert.Contains(t, res.Dropped, "outbox_events_p20261104")

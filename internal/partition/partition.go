@@ -170,6 +170,10 @@ type Opts struct {
 	LockTimeout time.Duration
 	// Now is the current time.
 	Now time.Time
+	// DryRun reports what a run would do, taking no lock and changing
+	// nothing: the Result lists the partitions it would create, seal and
+	// drop, and those it would keep.
+	DryRun bool
 }
 
 // Result says what a maintenance run did.
@@ -282,6 +286,9 @@ func Maintain(ctx context.Context, db *gorm.DB, t Table, o Opts) (*Result, error
 	if ahead <= 0 {
 		ahead = i.DefaultAhead()
 	}
+	if o.DryRun {
+		return res, plan(ctx, db, t, i, o, ahead, res)
+	}
 	errs, err := ensure(ctx, db, t, i, o.Now, ahead, o.LockTimeout, res)
 	if err != nil {
 		return res, err
@@ -335,6 +342,48 @@ func Maintain(ctx context.Context, db *gorm.DB, t Table, o Opts) (*Result, error
 		}
 	}
 	return res, errors.Join(errs...)
+}
+
+// plan fills res with what Maintain would do now, reading the catalog and
+// the partitions without locks.
+func plan(ctx context.Context, db *gorm.DB, t Table, i Interval, o Opts, ahead int, res *Result) error {
+	start := i.Start(o.Now)
+	for k := 0; k <= ahead; k++ {
+		name := Name(t.Name, i, i.Add(start, k))
+		var exists bool
+		if err := db.WithContext(ctx).Raw("SELECT to_regclass(?) IS NOT NULL", name).Scan(&exists).Error; err != nil {
+			return fmt.Errorf("plan %s: %w", name, err)
+		}
+		if !exists {
+			res.Created = append(res.Created, name)
+		}
+	}
+	parts, err := list(ctx, db, t.Name, i)
+	if err != nil {
+		return err
+	}
+	for _, p := range parts {
+		drop := !p.end.After(o.Now.Add(-o.Retention))
+		sealDue := t.Seal != "" && !p.sealed && !p.end.After(o.Now.Add(-o.SealAfter))
+		if !drop && !sealDue {
+			continue
+		}
+		err := checkPending(db.WithContext(ctx), t, p.name)
+		switch {
+		case errors.Is(err, errKeep):
+			res.Kept = append(res.Kept, p.name)
+			continue
+		case err != nil:
+			return fmt.Errorf("plan %s: %w", p.name, err)
+		}
+		if sealDue {
+			res.Sealed = append(res.Sealed, p.name)
+		}
+		if drop {
+			res.Dropped = append(res.Dropped, p.name)
+		}
+	}
+	return nil
 }
 
 // yielded reports whether the last step gave up on a lock: the run stops
