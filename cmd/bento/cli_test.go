@@ -565,3 +565,72 @@ func TestConsoleServesTheDashboard(t *testing.T) {
 	err = cmd.Wait()
 	assert.NoError(t, err, "SIGTERM shuts the console down cleanly; stderr: %s", errb.String())
 }
+
+func TestMaintainPartitions(t *testing.T) {
+	t.Parallel()
+	db, dsn := testenv.Postgres(t)
+	ctx := context.Background()
+	r := bento(t, dsn, "", "migrate", "up", "--partition", "weekly")
+	assert.Equal(t, 2, r.code)
+	assert.Contains(t, r.stderr, `unknown --partition "weekly"`)
+
+	// Partitions from 20 days ago, so that old ones exist to drop.
+	now := time.Now().UTC()
+	past := now.AddDate(0, 0, -20)
+	require.NoError(t, outbox.MigrateWith(ctx, db, &outbox.MigrateOpts{
+		Partitioning: outbox.Daily, Ahead: 25, Now: func() time.Time { return past },
+	}))
+	r = bento(t, dsn, "", "migrate", "up", "--partition", "daily")
+	require.Equal(t, 0, r.code, r.stderr)
+	var kinds []string
+	require.NoError(t, db.Raw(`SELECT relkind::text FROM pg_class WHERE oid IN ('outbox_events'::regclass, 'inbox_messages'::regclass)`).
+		Scan(&kinds).Error)
+	assert.Equal(t, []string{"p", "p"}, kinds, "both tables are partitioned")
+
+	clock := testenv.NewStamper(past.Add(time.Hour))
+	st, err := outbox.NewStore(db, &outbox.Config{Stamper: clock})
+	require.NoError(t, err)
+	e := &env{db: db, dsn: dsn, store: st, clock: clock}
+	sent := e.seed(t, event{topic: "order.paid", status: outbox.StatusSent})
+	clock.Set(past.AddDate(0, 0, 1).Add(time.Hour))
+	pending := e.seed(t, event{topic: "order.paid", status: outbox.StatusNew})
+	name := func(t time.Time) string { return "outbox_events_p" + t.Format("20060102") }
+	exists := func(table string) bool {
+		var ok bool
+		require.NoError(t, db.Raw("SELECT to_regclass(?) IS NOT NULL", table).Scan(&ok).Error)
+		return ok
+	}
+	oldSent, oldPending := name(past), name(past.AddDate(0, 0, 1))
+
+	r = bento(t, dsn, "", "maintain", "--dry-run")
+	require.Equal(t, 0, r.code, r.stderr)
+	lines := fieldLines(r.stdout)
+	assert.Contains(t, lines, "outbox drop "+oldSent)
+	assert.Contains(t, lines, "outbox keep (holds rows not sent) "+oldPending)
+	assert.True(t, exists(oldSent), "a dry run drops nothing")
+
+	r = bento(t, dsn, "no\n", "maintain")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, "partition(s) past retention, with their rows? [y/N]")
+	assert.True(t, exists(oldSent), "declined: nothing dropped")
+
+	r = bento(t, dsn, "", "maintain", "--yes")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, fieldLines(r.stdout), "outbox drop "+oldSent)
+	assert.False(t, exists(oldSent))
+	assert.True(t, exists(oldPending), "a partition with a pending row stays")
+	assert.Equal(t, []outbox.Status{"", outbox.StatusNew}, e.statusOf(t, sent[0], pending[0]))
+
+	r = bento(t, dsn, "", "maintain", "--dry-run", "--component", "outbox")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.NotContains(t, r.stdout, " drop ", "nothing left to drop")
+}
+
+func TestMaintainWithoutPartitionedTables(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := bento(t, e.dsn, "", "maintain", "--dry-run")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stdout, "outbox: outbox_events is not partitioned")
+	assert.Contains(t, r.stderr, "no partitioned table to maintain")
+}

@@ -6,7 +6,7 @@
 // keyword/value string) for PostgreSQL, sqlite:PATH for an embedded SQLite
 // file.
 //
-//	bento migrate up|status|sql
+//	bento migrate up [--partition daily|monthly] | status | sql
 //	bento stats [--tenant T] [--json]
 //	bento dead list [--tenant T] [--topic T] [--aggregate TYPE[/ID]] [--limit N] [--json]
 //	bento dead show ID [--json]
@@ -15,6 +15,7 @@
 //	bento purge --sent-older-than 7d [--tenant T] [--dry-run] [--yes]
 //	bento inbox purge --older-than 30d [--consumer C] [--dry-run] [--yes]
 //	bento idempotency purge [--dry-run] [--yes]
+//	bento maintain [--outbox-retention 7d] [--inbox-retention 30d] [--dry-run] [--yes]
 //	bento console [--addr 127.0.0.1:8081] [--read-only] [--show-payloads]
 //
 // Every command that deletes or changes rows says what it would do with
@@ -85,6 +86,7 @@ var commands = map[string]func(c *cli, ctx context.Context, args []string) error
 	"inbox":       (*cli).inbox,
 	"idempotency": (*cli).idempotency,
 	"console":     (*cli).console,
+	"maintain":    (*cli).maintain,
 }
 
 const usage = `usage: bento <command> [arguments]
@@ -97,6 +99,7 @@ Commands:
   purge                     delete sent outbox rows past retention
   inbox purge               delete inbox records past the dedup window
   idempotency purge         delete expired idempotency keys
+  maintain                  create and drop partitions of partitioned tables
   console                   serve the web console
 
 DATABASE_URL selects the database: postgres://... or sqlite:PATH.

@@ -22,14 +22,23 @@ type component struct {
 	name    string
 	files   func() fs.FS
 	migrate func(context.Context, *gorm.DB) error
+	// partitioned, when set, creates the component's table partitioned.
+	partitioned func(context.Context, *gorm.DB, outbox.Interval) error
 }
 
 // components lists them in the order they are applied.
 var components = []component{
-	{"outbox", outbox.Migrations, outbox.Migrate},
-	{"inbox", inbox.Migrations, inbox.Migrate},
-	{"idempotency", idempotency.Migrations, idempotency.Migrate},
+	{"outbox", outbox.Migrations, outbox.Migrate, func(ctx context.Context, db *gorm.DB, i outbox.Interval) error {
+		return outbox.MigrateWith(ctx, db, &outbox.MigrateOpts{Partitioning: i})
+	}},
+	{"inbox", inbox.Migrations, inbox.Migrate, func(ctx context.Context, db *gorm.DB, i outbox.Interval) error {
+		return inbox.MigrateWith(ctx, db, &inbox.MigrateOpts{Partitioning: i})
+	}},
+	{"idempotency", idempotency.Migrations, idempotency.Migrate, nil},
 }
+
+// intervals are the values of --partition.
+var intervals = map[string]outbox.Interval{"daily": outbox.Daily, "monthly": outbox.Monthly}
 
 // selectComponents returns the components named in a comma-separated list,
 // or all of them for "".
@@ -56,6 +65,7 @@ func (c *cli) migrate(ctx context.Context, args []string) error {
 	fs := c.newFlags("migrate", "up|status|sql [--component outbox,inbox,idempotency] [--dialect postgres|sqlite]")
 	only := fs.String("component", "", "comma-separated components (default: all)")
 	dialectName := fs.String("dialect", "postgres", "dialect whose SQL `sql` prints")
+	partition := fs.String("partition", "", "up: create outbox_events and inbox_messages partitioned, daily or monthly (PostgreSQL)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -80,8 +90,18 @@ func (c *cli) migrate(ctx context.Context, args []string) error {
 		}
 		return c.migrateSQL(comps, d)
 	case "up", "status":
+		if *partition != "" && pos[0] != "up" {
+			return usagef("--partition goes with migrate up")
+		}
 	default:
 		return usagef("unknown migrate command %q: want up, status or sql", pos[0])
+	}
+	var interval outbox.Interval
+	if *partition != "" {
+		var ok bool
+		if interval, ok = intervals[*partition]; !ok {
+			return usagef("unknown --partition %q: want daily or monthly", *partition)
+		}
 	}
 	db, err := c.open(ctx)
 	if err != nil {
@@ -94,7 +114,11 @@ func (c *cli) migrate(ctx context.Context, args []string) error {
 			if err != nil {
 				return fmt.Errorf("%s: %w", comp.name, err)
 			}
-			if err := comp.migrate(ctx, db); err != nil {
+			migrateUp := comp.migrate
+			if *partition != "" && comp.partitioned != nil {
+				migrateUp = func(ctx context.Context, db *gorm.DB) error { return comp.partitioned(ctx, db, interval) }
+			}
+			if err := migrateUp(ctx, db); err != nil {
 				return err
 			}
 			n := 0

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/bentoevents/bento/inbox"
+	"github.com/bentoevents/bento/outbox"
+)
+
+// maintainer runs one partitioned table's maintenance, as a dry run or not.
+type maintainer struct {
+	name  string
+	table string
+	run   func(ctx context.Context, db *gorm.DB, dry bool) (*outbox.MaintainResult, error)
+}
+
+func (c *cli) maintain(ctx context.Context, args []string) error {
+	fs := c.newFlags("maintain", "[--component outbox,inbox] [--outbox-retention 7d] [--inbox-retention 30d] [--ahead N] [--dry-run] [--yes]")
+	only := fs.String("component", "outbox,inbox", "partitioned tables to maintain")
+	outboxRet := ageFlag{d: outbox.DefaultRetention}
+	fs.Var(&outboxRet, "outbox-retention", "drop outbox partitions whose range ended this long ago, if all their rows are sent")
+	inboxRet := ageFlag{d: 30 * 24 * time.Hour}
+	fs.Var(&inboxRet, "inbox-retention", "drop inbox partitions whose range ended this long ago (the dedup window)")
+	var sealAfter ageFlag
+	fs.Var(&sealAfter, "seal-after", "seal all-sent outbox partitions whose range ended this long ago (default 1h)")
+	ahead := fs.Int("ahead", 0, "partitions to keep created after the current one (default 7 daily, 2 monthly)")
+	dry := fs.Bool("dry-run", false, "list what would be created, sealed and dropped, and change nothing")
+	yes := fs.Bool("yes", false, "do not ask before dropping partitions")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected arguments %q", pos)
+	}
+	if *ahead < 0 {
+		return usagef("--ahead must not be negative")
+	}
+	all := map[string]maintainer{
+		"outbox": {"outbox", "outbox_events", func(ctx context.Context, db *gorm.DB, dry bool) (*outbox.MaintainResult, error) {
+			return outbox.Maintain(ctx, db, &outbox.MaintainOpts{
+				Ahead: *ahead, Retention: outboxRet.d, SealAfter: sealAfter.d, DryRun: dry,
+			})
+		}},
+		"inbox": {"inbox", "inbox_messages", func(ctx context.Context, db *gorm.DB, dry bool) (*outbox.MaintainResult, error) {
+			return inbox.Maintain(ctx, db, &inbox.MaintainOpts{Ahead: *ahead, Retention: inboxRet.d, DryRun: dry})
+		}},
+	}
+	var chosen []maintainer
+	for _, name := range strings.Split(*only, ",") {
+		m, ok := all[strings.TrimSpace(name)]
+		if !ok {
+			return usagef("unknown component %q: want outbox or inbox", name)
+		}
+		chosen = append(chosen, m)
+	}
+	db, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeAll(db)
+
+	// Plan first: what would change, and whether anything is dropped.
+	plans := map[string]*outbox.MaintainResult{}
+	var active []maintainer
+	drops := 0
+	for _, m := range chosen {
+		plan, err := m.run(ctx, db, true)
+		if errors.Is(err, outbox.ErrNotPartitioned) || errors.Is(err, outbox.ErrPartitioningUnsupported) {
+			fmt.Fprintf(c.stdout, "%s: %s is not partitioned; nothing to maintain (bento purge deletes by age)\n", m.name, m.table)
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", m.name, err)
+		}
+		plans[m.name] = plan
+		active = append(active, m)
+		drops += len(plan.Dropped)
+	}
+	if len(active) == 0 {
+		return errors.New("no partitioned table to maintain (create them with bento migrate up --partition daily|monthly)")
+	}
+	if *dry {
+		fmt.Fprintln(c.stdout, "dry run: nothing changed; a run now would")
+		return c.printMaintenance(active, plans)
+	}
+	if drops > 0 {
+		if err := c.confirm(*yes, fmt.Sprintf("drop %d partition(s) past retention, with their rows?", drops)); err != nil {
+			return err
+		}
+	}
+	done := map[string]*outbox.MaintainResult{}
+	var errs []error
+	for _, m := range active {
+		res, err := m.run(ctx, db, false)
+		done[m.name] = res
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", m.name, err))
+		}
+	}
+	if err := c.printMaintenance(active, done); err != nil {
+		return err
+	}
+	return errors.Join(errs...)
+}
+
+// printMaintenance prints one line per partition that was (or would be)
+// created, sealed, dropped, kept or blocked.
+func (c *cli) printMaintenance(ms []maintainer, results map[string]*outbox.MaintainResult) error {
+	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "COMPONENT\tACTION\tPARTITION")
+	lines := 0
+	for _, m := range ms {
+		r := results[m.name]
+		if r == nil {
+			continue
+		}
+		for _, a := range []struct {
+			action string
+			names  []string
+		}{
+			{"create", r.Created}, {"seal", r.Sealed}, {"drop", r.Dropped},
+			{"keep (holds rows not sent)", r.Kept}, {"blocked (rows in the default partition)", r.Blocked},
+		} {
+			for _, n := range a.names {
+				fmt.Fprintf(tw, "%s\t%s\t%s\n", m.name, a.action, n)
+				lines++
+			}
+		}
+	}
+	if lines == 0 {
+		fmt.Fprintln(c.stdout, "nothing to do: every partition is in place")
+		return nil
+	}
+	return tw.Flush()
+}
