@@ -476,6 +476,7 @@ func TestBadArgumentsExitTwo(t *testing.T) {
 		{"all with a topic", "", []string{"dead", "discard", "--all", "--topic", "x"}, "--all does not go with"},
 		{"bad aggregate", "", []string{"dead", "list", "--aggregate", "/x"}, `bad --aggregate "/x"`},
 		{"unknown dialect", "", []string{"migrate", "sql", "--dialect", "oracle"}, `unknown dialect "oracle"`},
+		{"bad refresh", "", []string{"console", "--refresh", "-1s"}, "--refresh must not be negative"},
 		{"no DATABASE_URL", "", []string{"stats"}, "DATABASE_URL is not set"},
 		{"unsupported database", "mysql://root@127.0.0.1/test", []string{"stats"}, "unsupported database"},
 		{"unreachable database", "postgres://postgres:s3cret@127.0.0.1:1/test?connect_timeout=2", []string{"dead", "list"},
@@ -633,4 +634,13 @@ func TestMaintainWithoutPartitionedTables(t *testing.T) {
 	assert.Equal(t, 1, r.code)
 	assert.Contains(t, r.stdout, "outbox: outbox_events is not partitioned")
 	assert.Contains(t, r.stderr, "no partitioned table to maintain")
+}
+
+func TestConsoleRejectsAShortSecret(t *testing.T) { // not parallel: Setenv
+	dsn := "sqlite:" + filepath.Join(t.TempDir(), "ops.db")
+	require.Equal(t, 0, bento(t, dsn, "", "migrate", "up").code)
+	t.Setenv("BENTO_CONSOLE_SECRET", "too-short")
+	r := bento(t, dsn, "", "console", "--addr", "127.0.0.1:0")
+	assert.Equal(t, 2, r.code)
+	assert.Contains(t, r.stderr, "Secret: 9 bytes, want at least 32")
 }

@@ -34,9 +34,11 @@ func (c *cli) console(ctx context.Context, args []string) error {
 		return err
 	}
 	defer done()
-	con, err := console.New(st, &console.Config{
-		ReadOnly: *readOnly, ShowPayloads: *payloads, Tenant: *tenant, Refresh: *refresh,
-	})
+	cfg := &console.Config{ReadOnly: *readOnly, ShowPayloads: *payloads, Tenant: *tenant, Refresh: *refresh}
+	if secret := c.getenv("BENTO_CONSOLE_SECRET"); secret != "" {
+		cfg.Secret = []byte(secret) // shared by replicas behind one load balancer
+	}
+	con, err := console.New(st, cfg)
 	if err != nil {
 		return usagef("%v", err)
 	}
