@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
 
 	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/inbox"
@@ -56,6 +58,11 @@ type consumeRun struct {
 	Messages  int     `json:"messages"`
 	Seconds   float64 `json:"seconds"`
 	Rate      float64 `json:"messages_per_second"`
+	// InboxInsert times the inbox's INSERT statements (inbox and direct
+	// modes), Write the handler's (write handler): one round trip each,
+	// so they show how busy PostgreSQL was.
+	InboxInsert *latencies `json:"inbox_insert,omitempty"`
+	Write       *latencies `json:"handler_insert,omitempty"`
 }
 
 // consumeKey names a measurement in the results, e.g. "inbox/write/x8".
@@ -207,8 +214,8 @@ func (b *consumeBed) fill(ctx context.Context, cfg *messaging.AMQPConfig, group 
 
 // runConsume measures one handler in one mode with n competing consumers
 // of one group draining the pre-filled queue.
-func runConsume(ctx context.Context, b *consumeBed, handler, mode string, n int) (consumeRun, error) {
-	r := consumeRun{Handler: handler, Mode: mode, Consumers: n, Messages: len(b.msgs)}
+func runConsume(ctx context.Context, b *consumeBed, handler, mode string, n int) (r consumeRun, err error) {
+	r = consumeRun{Handler: handler, Mode: mode, Consumers: n, Messages: len(b.msgs)}
 	if mode == "direct" {
 		r.Messages = min(len(b.msgs), directMax)
 	}
@@ -227,9 +234,14 @@ func runConsume(ctx context.Context, b *consumeBed, handler, mode string, n int)
 		}
 	}()
 	c := newCounter(r.Messages)
-	fn := handlerFunc(handler, b.db, c)
+	timer := &stmtTimer{}
+	db := b.db.Session(&gorm.Session{Logger: timer})
+	defer func() {
+		r.InboxInsert, r.Write = timer.summary("INSERT INTO \"inbox_messages\""), timer.summary("INSERT INTO "+receiptsTable)
+	}()
+	fn := handlerFunc(handler, db, c)
 	if mode == "direct" {
-		if err := runDirect(ctx, b, group, n, fn, c); err != nil {
+		if err := runDirect(ctx, b, db, group, n, fn, c); err != nil {
 			return r, err
 		}
 		r.Seconds, r.Rate = c.rate()
@@ -248,7 +260,7 @@ func runConsume(ctx context.Context, b *consumeBed, handler, mode string, n int)
 		for range n {
 			cc := inbox.DefaultConsumerConfig(group)
 			cc.CloseTimeout, cc.Logger = 10*time.Second, b.e.log
-			cons, err := inbox.NewAMQPConsumer(ctx, b.db, cfg, cc)
+			cons, err := inbox.NewAMQPConsumer(ctx, db, cfg, cc)
 			if err != nil {
 				return r, err
 			}
@@ -292,6 +304,12 @@ func runConsume(ctx context.Context, b *consumeBed, handler, mode string, n int)
 	case <-ctx.Done():
 		waitErr = ctx.Err()
 	}
+	if waitErr == nil && mode == "inbox" {
+		// The last handler has returned, but its transaction may still be
+		// committing under the message's context: let it finish, or
+		// cancelling now would roll it back.
+		waitErr = b.waitInbox(ctx, group, len(b.msgs))
+	}
 	cancel()
 	wg.Wait()
 	if err := errors.Join(append(errs, waitErr)...); err != nil {
@@ -303,9 +321,9 @@ func runConsume(ctx context.Context, b *consumeBed, handler, mode string, n int)
 
 // runDirect calls the inbox middleware of group around the handler for
 // each of the first c.want messages, from n goroutines, without a broker.
-func runDirect(ctx context.Context, b *consumeBed, group string, n int,
+func runDirect(ctx context.Context, b *consumeBed, db *gorm.DB, group string, n int,
 	fn func(context.Context, Deposited, *messaging.Envelope) error, c *counter) error {
-	in, err := inbox.New(b.db, &inbox.Config{Consumer: group, Logger: b.e.log})
+	in, err := inbox.New(db, &inbox.Config{Consumer: group, Logger: b.e.log})
 	if err != nil {
 		return err
 	}
@@ -366,6 +384,28 @@ func decodeDispatch(fn func(context.Context, Deposited, *messaging.Envelope) err
 		}
 		return fn(msg.Context(), d, env)
 	}, nil
+}
+
+// waitInbox waits until the inbox of group holds want records.
+func (b *consumeBed) waitInbox(ctx context.Context, group string, want int) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var n int
+		if err := b.db.WithContext(ctx).Raw("SELECT count(*) FROM inbox_messages WHERE consumer = ?", group).Scan(&n).Error; err != nil {
+			return err
+		}
+		if n >= want {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("inbox holds %d records 30 s after the last handler returned, want %d", n, want)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 // check verifies that every message took effect once: one inbox record
@@ -457,11 +497,66 @@ func runConsumeScenario(ctx context.Context, e *env, cfg consumeConfig, report f
 				if err != nil {
 					return out, fmt.Errorf("%s: %w", consumeKey(mode, h, n), err)
 				}
-				report(fmt.Sprintf("%-18s %6s messages in %6.2f s: %8s msg/s", consumeKey(mode, h, n),
-					thousands(float64(r.Messages)), r.Seconds, thousands(r.Rate)))
+				extra := ""
+				if l := r.InboxInsert; l != nil {
+					extra += fmt.Sprintf("; inbox INSERT p50 %.2f ms", l.P50)
+				}
+				if l := r.Write; l != nil {
+					extra += fmt.Sprintf("; handler INSERT p50 %.2f ms", l.P50)
+				}
+				report(fmt.Sprintf("%-18s %6s messages in %6.2f s: %8s msg/s%s", consumeKey(mode, h, n),
+					thousands(float64(r.Messages)), r.Seconds, thousands(r.Rate), extra))
 				out = append(out, r)
 			}
 		}
 	}
 	return out, nil
+}
+
+// stmtTimer is a GORM logger that keeps each statement's duration by its
+// text.
+type stmtTimer struct {
+	mu sync.Mutex
+	ds map[string][]time.Duration
+}
+
+// LogMode implements logger.Interface.
+func (t *stmtTimer) LogMode(logger.LogLevel) logger.Interface { return t }
+
+// Info implements logger.Interface.
+func (*stmtTimer) Info(context.Context, string, ...any) {}
+
+// Warn implements logger.Interface.
+func (*stmtTimer) Warn(context.Context, string, ...any) {}
+
+// Error implements logger.Interface.
+func (*stmtTimer) Error(context.Context, string, ...any) {}
+
+// Trace implements logger.Interface: it keeps the statement's duration.
+func (t *stmtTimer) Trace(_ context.Context, begin time.Time, fc func() (string, int64), _ error) {
+	d := time.Since(begin)
+	q, _ := fc()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.ds == nil {
+		t.ds = map[string][]time.Duration{}
+	}
+	t.ds[q] = append(t.ds[q], d)
+}
+
+// summary summarizes the statements starting with prefix, or nil for none.
+func (t *stmtTimer) summary(prefix string) *latencies {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var all []time.Duration
+	for q, ds := range t.ds {
+		if strings.HasPrefix(q, prefix) {
+			all = append(all, ds...)
+		}
+	}
+	if len(all) == 0 {
+		return nil
+	}
+	l := summarize(all)
+	return &l
 }
