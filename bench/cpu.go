@@ -104,7 +104,7 @@ type IdleCPU struct {
 	// BackendPercent is the same for the relay's PostgreSQL backends
 	// (/proc/<pid>/stat), -1 when the server is not on this machine.
 	BackendPercent float64 `json:"backend_percent_of_core"`
-	// Claims is how many claim (or poll) statements the relay ran.
+	// Queries is how many claim statements the relay ran (bento only).
 	Queries int64 `json:"queries,omitempty"`
 }
 

@@ -31,8 +31,8 @@ type steadyConfig struct {
 	Warmup  time.Duration `json:"warmup_ns"`
 	Writers int           `json:"writers"`
 	// Accounts are the aggregates the events change, dealt out to the
-	// writers, each of which takes its own in turn: with few, the
-	// per-aggregate order lets a claim take only one event per account.
+	// writers, each of which takes its own in turn (per-aggregate order
+	// lets one claim take at most one event of each account).
 	Accounts int           `json:"accounts"`
 	Idle     time.Duration `json:"idle_ns"`
 	// PeerPolls are the poll intervals Watermill's forwarder is run with,
