@@ -12,6 +12,7 @@ import (
 // floatList is a comma-separated flag of numbers.
 type floatList []float64
 
+// String implements flag.Value.
 func (l *floatList) String() string {
 	var s []string
 	for _, x := range *l {
@@ -30,6 +31,7 @@ func (l *floatList) Set(v string) error {
 // intList is a comma-separated flag of integers.
 type intList []int
 
+// String implements flag.Value.
 func (l *intList) String() string {
 	var s []string
 	for _, x := range *l {
@@ -48,6 +50,7 @@ func (l *intList) Set(v string) error {
 // durationList is a comma-separated flag of durations.
 type durationList []time.Duration
 
+// String implements flag.Value.
 func (l *durationList) String() string { return durationsText(*l) }
 
 // Set implements flag.Value.
@@ -60,6 +63,7 @@ func (l *durationList) Set(v string) error {
 // stringList is a comma-separated flag of words.
 type stringList []string
 
+// String implements flag.Value.
 func (l *stringList) String() string { return strings.Join(*l, ",") }
 
 // Set implements flag.Value.
