@@ -29,16 +29,27 @@ func TestProcessCPUAdvances(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Burn CPU until getrusage shows 20 ms more; on a busy machine that
+	// takes longer than 20 ms of wall time, but not 5 s.
+	deadline := time.Now().Add(5 * time.Second)
 	x := 0
-	for start := time.Now(); time.Since(start) < 30*time.Millisecond; {
-		x++ // burn CPU
-	}
-	b, err := processCPU()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b-a < 10*time.Millisecond {
-		t.Errorf("30 ms of busy loop (%d turns) used %v of CPU", x, b-a)
+	for {
+		for range 100000 {
+			x++
+		}
+		b, err := processCPU()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b < a {
+			t.Fatalf("process CPU went back from %v to %v", a, b)
+		}
+		if b-a >= 20*time.Millisecond {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("5 s of busy loop (%d turns) used only %v of CPU", x, b-a)
+		}
 	}
 }
 
