@@ -24,7 +24,7 @@ import (
 // running with a value nobody chose. Logger, Registerer, Tenant, WorkerID,
 // TracerProvider and Propagator are optional.
 type Config struct {
-	// BatchSize is how many rows one claim takes. DefaultConfig: 100.
+	// BatchSize is how many rows one claim takes. DefaultConfig: 500.
 	BatchSize int
 	// Concurrency is how many publishes may be in flight at once (across
 	// batches, counting publishes that timed out and have not returned).
@@ -92,12 +92,12 @@ func (c *Config) Copy() *Config {
 	return &cp
 }
 
-// DefaultConfig returns the defaults: batches of 100, 16 publishes in
+// DefaultConfig returns the defaults: batches of 500, 16 publishes in
 // flight, 20 attempts, backoff from 1s to 5m, a 30s lease with a 10s publish
 // timeout, 10ms busy and 2s idle sleep.
 func DefaultConfig() *Config {
 	return &Config{
-		BatchSize:      100,
+		BatchSize:      500,
 		Concurrency:    16,
 		MaxAttempts:    20,
 		BackoffFloor:   time.Second,

@@ -237,7 +237,8 @@ func TestBadConfigIsRejected(t *testing.T) {
 
 	p, err := projector.New(e.store, &recorder{}, nil)
 	require.NoError(t, err)
-	assert.Equal(t, 100, p.Config().BatchSize, "nil config is DefaultConfig")
+	assert.Equal(t, projector.DefaultConfig().BatchSize, p.Config().BatchSize, "nil config is DefaultConfig")
+	assert.Equal(t, 500, p.Config().BatchSize)
 	assert.NotEmpty(t, p.WorkerID())
 }
 
