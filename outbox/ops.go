@@ -7,6 +7,8 @@ import (
 	"sort"
 	"time"
 
+	"gorm.io/gorm"
+
 	"github.com/bentoevents/bento/internal/dialect"
 )
 
@@ -132,13 +134,7 @@ func (s *Store) Activity(ctx context.Context, minutes int, opts *StatsOpts) ([]M
 		if s.dialect == dialect.Postgres {
 			bucket = "CAST(floor(extract(epoch FROM " + column + ") / 60) AS BIGINT)"
 		}
-		q := s.db.WithContext(ctx).Model(&Message{}).Where(column+" >= ?", first)
-		if status != "" {
-			q = q.Where("status = ?", status)
-		}
-		if opts != nil && opts.Tenant != "" {
-			q = q.Where("tenant_id = ?", opts.Tenant)
-		}
+		q := s.since(ctx, column, first, status, opts)
 		var rows []struct {
 			Bucket int64
 			N      int64
@@ -228,13 +224,7 @@ func (s *Store) Recent(ctx context.Context, window time.Duration, opts *StatsOpt
 	since := s.cfg.Stamper.Now().UTC().Add(-window)
 	byTenant := map[string]*Throughput{}
 	count := func(column, status string, set func(*Throughput, int64)) error {
-		q := s.db.WithContext(ctx).Model(&Message{}).Where(column+" >= ?", since)
-		if status != "" {
-			q = q.Where("status = ?", status)
-		}
-		if opts != nil && opts.Tenant != "" {
-			q = q.Where("tenant_id = ?", opts.Tenant)
-		}
+		q := s.since(ctx, column, since, status, opts)
 		var rows []struct {
 			TenantID string
 			N        int64
@@ -264,4 +254,17 @@ func (s *Store) Recent(ctx context.Context, window time.Duration, opts *StatsOpt
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Tenant < out[j].Tenant })
 	return out, nil
+}
+
+// since selects the rows whose time column (published_at or failed_at) is
+// at or after t, of status when not empty, of opts.Tenant when set.
+func (s *Store) since(ctx context.Context, column string, t time.Time, status string, opts *StatsOpts) *gorm.DB {
+	q := s.db.WithContext(ctx).Model(&Message{}).Where(column+" >= ?", t)
+	if status != "" {
+		q = q.Where("status = ?", status)
+	}
+	if opts != nil && opts.Tenant != "" {
+		q = q.Where("tenant_id = ?", opts.Tenant)
+	}
+	return q
 }
