@@ -19,12 +19,8 @@ func (c *cli) console(ctx context.Context, args []string) error {
 	payloads := fs.Bool("show-payloads", false, "show dead letters' payloads and metadata")
 	tenant := fs.String("tenant", "", "only this tenant")
 	refresh := fs.Duration("refresh", 0, "reload the overview at this interval (0: never)")
-	pos, err := parse(fs, args)
-	if err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected arguments %q", pos)
 	}
 	if *refresh < 0 {
 		return usagef("--refresh must not be negative")

@@ -91,12 +91,8 @@ func (c *cli) deadList(ctx context.Context, args []string) error {
 	ff := addFilterFlags(fs)
 	limit := fs.Int("limit", 100, "at most this many rows")
 	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := parse(fs, args)
-	if err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected arguments %q (dead list takes flags only)", pos)
 	}
 	if *limit < 1 {
 		return usagef("--limit must be at least 1")

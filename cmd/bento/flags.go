@@ -49,6 +49,18 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// parseFlags parses args, which must be flags only.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected arguments %q (this command takes flags only)", pos)
+	}
+	return nil
+}
+
 // ageFlag is a duration flag that also accepts days ("7d", "1d12h").
 type ageFlag struct {
 	d   time.Duration

@@ -33,12 +33,8 @@ func (c *cli) maintain(ctx context.Context, args []string) error {
 	ahead := fs.Int("ahead", 0, "partitions to keep created after the current one (default 7 daily, 2 monthly)")
 	dry := fs.Bool("dry-run", false, "list what would be created, sealed and dropped, and change nothing")
 	yes := fs.Bool("yes", false, "do not ask before dropping partitions")
-	pos, err := parse(fs, args)
-	if err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected arguments %q", pos)
 	}
 	if *ahead < 0 {
 		return usagef("--ahead must not be negative")

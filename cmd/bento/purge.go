@@ -62,12 +62,8 @@ func (c *cli) purge(ctx context.Context, args []string) error {
 	fs.Var(&age, "sent-older-than", "delete sent rows published longer ago than this (e.g. 7d, 36h)")
 	tenant := fs.String("tenant", "", "only this tenant")
 	p := c.purgeFlags(fs)
-	pos, err := parse(fs, args)
-	if err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected arguments %q", pos)
 	}
 	if !age.set {
 		return usagef("--sent-older-than is required (e.g. --sent-older-than 7d)")
@@ -94,12 +90,8 @@ func (c *cli) inbox(ctx context.Context, args []string) error {
 	fs.Var(&age, "older-than", "delete records received longer ago than this (e.g. 30d); this is the dedup window")
 	consumer := fs.String("consumer", "", "only this consumer's records")
 	p := c.purgeFlags(fs)
-	pos, err := parse(fs, args[1:])
-	if err != nil {
+	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected arguments %q", pos)
 	}
 	if !age.set {
 		return usagef("--older-than is required (e.g. --older-than 30d)")
@@ -122,12 +114,8 @@ func (c *cli) idempotency(ctx context.Context, args []string) error {
 	}
 	fs := c.newFlags("idempotency purge", "[--batch N] [--dry-run] [--yes]")
 	p := c.purgeFlags(fs)
-	pos, err := parse(fs, args[1:])
-	if err != nil {
+	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected arguments %q", pos)
 	}
 	db, err := c.open(ctx)
 	if err != nil {

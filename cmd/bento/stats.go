@@ -38,12 +38,8 @@ func (c *cli) stats(ctx context.Context, args []string) error {
 	fs := c.newFlags("stats", "[--tenant T] [--json]")
 	tenant := fs.String("tenant", "", "only this tenant")
 	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := parse(fs, args)
-	if err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected arguments %q", pos)
 	}
 	st, done, err := c.store(ctx)
 	if err != nil {
