@@ -116,30 +116,18 @@ func (r *Result) add(o Result) {
 }
 
 // Drain relays everything that is due and returns once a claim comes back
-// empty with nothing left to settle: rows waiting for a retry later are left
-// for later. It is meant for tests, scripts and benchmarks; Run is the
-// long-running form. Like Run, it records each batch's outcome while it
-// claims and publishes the next.
+// empty: rows waiting for a retry later are left for later. It is meant for
+// tests, scripts and benchmarks; Run is the long-running form.
 func (p *OutboxProjector) Drain(ctx context.Context) (Result, error) {
 	var total Result
-	var pending <-chan settled
 	for {
-		prev := pending
-		claimed, done, next, err := p.cycle(ctx, prev)
-		total.add(done.r)
-		pending = next
-		if err == nil {
-			err = done.err
-		}
+		r, err := p.batch(ctx)
+		total.add(r)
 		if err != nil {
-			if pending != nil {
-				last := <-pending
-				total.add(last.r)
-			}
 			return total, err
 		}
-		if claimed == 0 && prev == nil {
-			return total, nil // nothing claimed and nothing settled that could free more
+		if r.Claimed == 0 {
+			return total, nil
 		}
 	}
 }
@@ -181,30 +169,18 @@ func (p *OutboxProjector) Run(ctx context.Context) error {
 	p.log.Info("projector started", "batch", p.cfg.BatchSize, "concurrency", p.cfg.Concurrency,
 		"tenant", p.cfg.Tenant, "notify", p.notify)
 	errDelay := p.cfg.BusySleep
-	var pending <-chan settled
-	defer func() {
-		if pending != nil {
-			if last := <-pending; last.err != nil {
-				p.log.Error("relay batch failed", "err", last.err)
-			}
-		}
-	}()
 	for ctx.Err() == nil {
-		claimed, done, next, err := p.cycle(ctx, pending)
-		pending = next
-		if err == nil {
-			err = done.err
-		}
+		r, err := p.batch(ctx)
 		var sleep time.Duration
 		switch {
 		case err != nil && ctx.Err() == nil:
 			p.log.Error("relay batch failed", "err", err)
 			errDelay = min(max(2*errDelay, 50*time.Millisecond), p.cfg.IdleSleep)
 			sleep = errDelay
-		case claimed == p.cfg.BatchSize:
+		case r.Claimed == p.cfg.BatchSize:
 			errDelay = p.cfg.BusySleep
 			continue
-		case claimed > 0:
+		case r.Claimed > 0:
 			errDelay = p.cfg.BusySleep
 			sleep = p.cfg.BusySleep
 		default:
@@ -231,49 +207,21 @@ func (p *OutboxProjector) sleep(ctx context.Context, d time.Duration, wake <-cha
 // even after the projector's context ended.
 const settleTimeout = 10 * time.Second
 
-// settled is what recording one batch's outcomes did.
-type settled struct {
-	r   Result
-	err error
-}
-
-// cycle claims and publishes one batch while the previous batch's outcomes
-// are still being recorded (prev, nil when there is none), waits for that,
-// and starts recording this batch's outcomes in the background. It returns
-// how many rows it claimed, what the previous recording did, and the
-// channel that reports this one (nil when nothing was claimed).
-//
-// Overlapping is safe for per-aggregate order: until its row is marked
-// sent, the successor of an event in flight is not claimable, and the rows
-// of the batch being recorded are still leased, so the next claim takes
-// neither. Recordings run one at a time, in batch order.
-func (p *OutboxProjector) cycle(ctx context.Context, prev <-chan settled) (int, settled, <-chan settled, error) {
+// batch claims, publishes and settles one batch.
+func (p *OutboxProjector) batch(ctx context.Context) (Result, error) {
+	var r Result
 	rows, err := p.store.Claim(ctx, outbox.ClaimOpts{
 		Worker: p.cfg.WorkerID, Limit: p.cfg.BatchSize, Lease: p.cfg.Lease, Tenant: p.cfg.Tenant,
 	})
-	var outcomes []error
-	if err == nil && len(rows) > 0 {
-		outcomes = p.publish(ctx, rows)
+	if err != nil {
+		return r, err
 	}
-	var done settled
-	if prev != nil {
-		done = <-prev
+	r.Claimed = len(rows)
+	if len(rows) == 0 {
+		return r, nil
 	}
-	if err != nil || len(rows) == 0 {
-		return 0, done, nil, err
-	}
-	next := make(chan settled, 1)
-	go func() {
-		r, err := p.settle(ctx, rows, outcomes)
-		next <- settled{r: r, err: err}
-	}()
-	return len(rows), done, next, nil
-}
+	outcomes := p.publish(ctx, rows)
 
-// settle records the outcomes of a published batch: sent rows marked (or
-// deleted), failed ones retried later or dead, untried ones released.
-func (p *OutboxProjector) settle(ctx context.Context, rows []*outbox.Message, outcomes []error) (Result, error) {
-	r := Result{Claimed: len(rows)}
 	// Record outcomes even if ctx ended meanwhile: the publishes happened.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
