@@ -70,6 +70,8 @@ func TestPostgresInsertNotifiesOnCommit(t *testing.T) {
 	_, err = conn.Exec(ctx, "LISTEN "+outbox.NotifyChannel)
 	require.NoError(t, err)
 
+	require.NoError(t, e.store.SetRelayIdle(ctx, "p1", true)) // a projector waits for commits
+
 	rolledBack := begin(t, db)
 	_, err = e.store.Add(ctx, rolledBack, "order.paid", orderPaid{OrderID: "o-1"}, &outbox.AddOpts{Tenant: "t-rollback"})
 	require.NoError(t, err)

@@ -166,6 +166,9 @@ func (p *OutboxProjector) Run(ctx context.Context) error {
 	}
 	defer wg.Wait()
 
+	rs := p.registerRelay(ctx)
+	defer rs.remove(ctx)
+
 	p.log.Info("projector started", "batch", p.cfg.BatchSize, "concurrency", p.cfg.Concurrency,
 		"tenant", p.cfg.Tenant, "notify", p.notify)
 	errDelay := p.cfg.BusySleep
@@ -179,6 +182,7 @@ func (p *OutboxProjector) Run(ctx context.Context) error {
 			sleep = errDelay
 		case r.Claimed == p.cfg.BatchSize:
 			errDelay = p.cfg.BusySleep
+			rs.set(ctx, false) // working through a backlog: writers need not notify
 			continue
 		case r.Claimed > 0:
 			errDelay = p.cfg.BusySleep
@@ -186,10 +190,63 @@ func (p *OutboxProjector) Run(ctx context.Context) error {
 		default:
 			sleep = p.cfg.IdleSleep
 		}
+		if rs.set(ctx, true) {
+			continue // now idle: claim once more what busy-time writers did not announce
+		}
 		p.sleep(ctx, sleep, p.wake)
 	}
 	p.log.Info("projector stopped")
 	return nil
+}
+
+// relayState is the projector's row in bento_outbox_relays, which tells
+// writers whether a notification is wanted (see outbox.Store.SetRelayIdle).
+type relayState struct {
+	p       *OutboxProjector
+	enabled bool // listening on PostgreSQL, and the row could be written
+	idle    bool // the state recorded
+}
+
+// registerRelay records the projector as idle before its first claim, so
+// every commit from then on notifies until it is busy.
+func (p *OutboxProjector) registerRelay(ctx context.Context) *relayState {
+	rs := &relayState{p: p}
+	if !p.notify {
+		return rs
+	}
+	if err := p.store.SetRelayIdle(ctx, p.cfg.WorkerID, true); err != nil {
+		p.log.Warn("cannot record the projector as idle; commits may not wake it (is outbox migration 004 applied?)",
+			"err", err)
+		return rs
+	}
+	rs.enabled, rs.idle = true, true
+	return rs
+}
+
+// set records idle (if it changed) and reports whether the projector just
+// went idle, after which it must claim once more before it sleeps.
+func (rs *relayState) set(ctx context.Context, idle bool) bool {
+	if !rs.enabled || rs.idle == idle || ctx.Err() != nil {
+		return false
+	}
+	if err := rs.p.store.SetRelayIdle(ctx, rs.p.cfg.WorkerID, idle); err != nil {
+		rs.p.log.Warn("cannot record the projector's state", "idle", idle, "err", err)
+		return false
+	}
+	rs.idle = idle
+	return idle
+}
+
+// remove deletes the projector's row when Run ends.
+func (rs *relayState) remove(ctx context.Context) {
+	if !rs.enabled {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	if err := rs.p.store.RemoveRelay(rctx, rs.p.cfg.WorkerID); err != nil {
+		rs.p.log.Warn("cannot remove the projector's relay row", "err", err)
+	}
 }
 
 // sleep waits for d, ctx, or a signal on wake (nil: none).

@@ -2,6 +2,7 @@ package projector_test
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"sync"
 	"testing"
@@ -208,4 +209,68 @@ func TestShutdownSettlesInFlightAndReleasesTheRest(t *testing.T) {
 		assert.Equal(t, int64(9), e.count(t, "status = 'new' AND locked_by IS NULL AND attempts = 0"),
 			"untried rows are released, not left leased")
 	})
+}
+
+// TestBusyAndIdleFlipsLoseNoWakeUp runs writers in bursts against a
+// projector that flips between busy (full batches: commits stop notifying)
+// and idle (the handshake, then commits notify again), with both sleeps set
+// to a minute: an event whose notification went missing would wait that
+// long, so every event must arrive well before.
+func TestBusyAndIdleFlipsLoseNoWakeUp(t *testing.T) {
+	t.Parallel()
+	db, _ := testenv.Postgres(t)
+	e := setup(t, db)
+	const writers, rounds, ticks = 4, 30, 3
+	rec := &recorder{notify: make(chan string, writers*rounds*ticks)}
+	cfg := fastConfig()
+	cfg.BatchSize = 5
+	cfg.BusySleep = time.Minute
+	cfg.IdleSleep = time.Minute
+	p, err := projector.New(e.store, rec, cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	waitFor(t, 10*time.Second, "the projector to listen", func() bool { return listenerPID(t, db, p) != 0 })
+
+	var wg sync.WaitGroup
+	committed := make(chan []string, writers*rounds)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range rounds {
+				committed <- e.commit(t, []string{fmt.Sprintf("flip-%d-%d", w, r)}, ticks)
+				time.Sleep(time.Duration(r%4) * time.Millisecond)
+			}
+		}()
+	}
+	wg.Wait()
+	close(committed)
+	want := map[string]bool{}
+	for ids := range committed {
+		for _, id := range ids {
+			want[id] = true
+		}
+	}
+	deadline := time.After(20 * time.Second)
+	for len(want) > 0 {
+		select {
+		case id := <-rec.notify:
+			delete(want, id)
+		case <-deadline:
+			t.Fatalf("%d events not published within 20 s (a lost wake-up waits a minute)", len(want))
+		}
+	}
+
+	var idle []bool
+	waitFor(t, 5*time.Second, "the projector to record itself idle", func() bool {
+		require.NoError(t, db.Raw("SELECT idle FROM bento_outbox_relays WHERE worker_id = ?", p.WorkerID()).Scan(&idle).Error)
+		return len(idle) == 1 && idle[0]
+	})
+	cancel()
+	require.NoError(t, <-done)
+	var rows int64
+	require.NoError(t, db.Raw("SELECT count(*) FROM bento_outbox_relays").Scan(&rows).Error)
+	assert.Zero(t, rows, "a stopped projector removes its row")
 }

@@ -35,6 +35,9 @@ func TestNotifyOnCommitNotOnRollback(t *testing.T) {
 	_, err = conn.Exec(ctx, "LISTEN "+outbox.NotifyChannel)
 	require.NoError(t, err)
 
+	// A projector waits for commits (without one, commits do not notify).
+	require.NoError(t, e.units.Outbox().SetRelayIdle(ctx, "p1", true))
+
 	// The rolled-back unit really inserts its row (firing the trigger)
 	// inside the caller's transaction before that transaction rolls back.
 	outer := db.Begin()
