@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"gorm.io/gorm"
 
@@ -60,4 +61,33 @@ func (s *Store) RemoveRelay(ctx context.Context, worker string) error {
 		return wrapDB("outbox: remove relay", err)
 	}
 	return nil
+}
+
+// Relay is a listening projector as it registered itself (SetRelayIdle).
+type Relay struct {
+	WorkerID string
+	// Idle is true while the projector sleeps waiting for commits, false
+	// while it works through full batches.
+	Idle bool
+	// ChangedAt is when Idle last changed (UTC).
+	ChangedAt time.Time
+}
+
+// Relays lists the registered projectors by worker id: the running ones,
+// and rows that projectors killed without stopping left behind. On SQLite
+// it returns none.
+func (s *Store) Relays(ctx context.Context) ([]Relay, error) {
+	if s.dialect != dialect.Postgres {
+		return nil, nil
+	}
+	var rows []Relay
+	err := s.db.WithContext(ctx).Raw(`SELECT worker_id, idle, changed_at FROM bento_outbox_relays ORDER BY worker_id`).
+		Scan(&rows).Error
+	if err != nil {
+		return nil, wrapDB("outbox: relays", err)
+	}
+	for i := range rows {
+		rows[i].ChangedAt = rows[i].ChangedAt.UTC()
+	}
+	return rows, nil
 }

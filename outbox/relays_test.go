@@ -78,6 +78,12 @@ func TestCommitsNotifyOnlyIdleRelays(t *testing.T) {
 		require.NoError(t, e.store.SetRelayIdle(ctx, "p1", false))
 		assert.False(t, commit(), "busy projectors are not notified")
 		require.NoError(t, e.store.SetRelayIdle(ctx, "p1", true))
+		relays, err := e.store.Relays(ctx)
+		require.NoError(t, err)
+		require.Len(t, relays, 2)
+		assert.Equal(t, []string{"p1", "p2"}, []string{relays[0].WorkerID, relays[1].WorkerID})
+		assert.Equal(t, []bool{true, false}, []bool{relays[0].Idle, relays[1].Idle})
+		assert.WithinDuration(t, time.Now(), relays[0].ChangedAt, time.Minute)
 		require.NoError(t, e.store.RemoveRelay(ctx, "p1"))
 		assert.False(t, commit(), "a removed projector is not notified")
 	}

@@ -181,6 +181,7 @@ func TestStatsMatchesTheTable(t *testing.T) {
 		event{tenant: "acme", topic: "order.paid", status: outbox.StatusNew},
 		event{tenant: "acme", topic: "order.paid", status: outbox.StatusNew},
 	)
+	require.NoError(t, e.store.SetRelayIdle(context.Background(), "relay-1", false)) // a busy projector
 	r := bento(t, e.dsn, "", "stats", "--json")
 	require.Equal(t, 0, r.code, r.stderr)
 	var rep statsReport
@@ -223,12 +224,18 @@ func TestStatsMatchesTheTable(t *testing.T) {
 	assert.Equal(t, int64(2), byName["default"].FailedLastMinute, "the failed and the dead row failed just now")
 	assert.Equal(t, int64(2), byName["acme"].Pending)
 	assert.Zero(t, byName["acme"].PublishedLastMinute)
+	require.Len(t, rep.Projectors, 1)
+	assert.Equal(t, "relay-1", rep.Projectors[0].WorkerID)
+	assert.Equal(t, "busy", rep.Projectors[0].State)
 
 	// The table for people: a header and one aligned line per tenant.
 	r = bento(t, e.dsn, "", "stats")
 	require.Equal(t, 0, r.code, r.stderr)
 	lines := strings.Split(strings.TrimRight(r.stdout, "\n"), "\n")
-	require.Len(t, lines, 3, r.stdout)
+	require.Len(t, lines, 6, r.stdout)
+	assert.Equal(t, []string{"PROJECTOR", "STATE", "SINCE"}, strings.Fields(lines[4]))
+	assert.Equal(t, []string{"relay-1", "busy"}, strings.Fields(lines[5])[:2])
+	lines = lines[:3]
 	assert.Equal(t, []string{"TENANT", "NEW", "PUBLISHING", "SENT", "FAILED", "DEAD", "OLDEST", "PENDING", "PUBLISHED/MIN", "FAILED/MIN"},
 		strings.Fields(lines[0]))
 	assert.Equal(t, []string{"acme", "2", "0", "0", "0", "0"}, strings.Fields(lines[1])[:6])

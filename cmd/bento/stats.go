@@ -32,6 +32,17 @@ type tenantStats struct {
 type statsReport struct {
 	At      time.Time     `json:"at"`
 	Tenants []tenantStats `json:"tenants"`
+	// Projectors are the listening projectors registered on PostgreSQL.
+	Projectors []projectorState `json:"projectors"`
+}
+
+// projectorState is one registered projector.
+type projectorState struct {
+	WorkerID string `json:"worker_id"`
+	// State is "idle" (asleep, woken by commits) or "busy" (working
+	// through a backlog).
+	State string    `json:"state"`
+	Since time.Time `json:"since"`
 }
 
 func (c *cli) stats(ctx context.Context, args []string) error {
@@ -98,7 +109,18 @@ func collectStats(ctx context.Context, st *outbox.Store, tenant string) (*statsR
 		t := get(r.Tenant)
 		t.PublishedLastMinute, t.FailedLastMinute = r.Published, r.Failed
 	}
-	rep := &statsReport{At: now, Tenants: []tenantStats{}}
+	relays, err := st.Relays(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rep := &statsReport{At: now, Tenants: []tenantStats{}, Projectors: []projectorState{}}
+	for _, r := range relays {
+		state := "busy"
+		if r.Idle {
+			state = "idle"
+		}
+		rep.Projectors = append(rep.Projectors, projectorState{WorkerID: r.WorkerID, State: state, Since: r.ChangedAt})
+	}
 	for _, t := range byTenant {
 		if t.OldestPendingAt != nil {
 			t.OldestPendingAgeSeconds = max(0, now.Sub(*t.OldestPendingAt).Seconds())
@@ -109,9 +131,27 @@ func collectStats(ctx context.Context, st *outbox.Store, tenant string) (*statsR
 	return rep, nil
 }
 
-// printStats prints one aligned table: a line per tenant with its counts per
-// status, the oldest pending age and the last minute's rate.
+// printStats prints one aligned table with a line per tenant (its counts per
+// status, the oldest pending age and the last minute's rate), then the
+// registered projectors.
 func printStats(c *cli, rep *statsReport) error {
+	if err := printTenants(c, rep); err != nil {
+		return err
+	}
+	if len(rep.Projectors) == 0 {
+		return nil
+	}
+	fmt.Fprintln(c.stdout)
+	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PROJECTOR\tSTATE\tSINCE")
+	for _, p := range rep.Projectors {
+		fmt.Fprintf(tw, "%s\t%s\t%s ago\n", p.WorkerID, p.State, humanAge(rep.At.Sub(p.Since)))
+	}
+	return tw.Flush()
+}
+
+// printTenants prints the per-tenant table.
+func printTenants(c *cli, rep *statsReport) error {
 	if len(rep.Tenants) == 0 {
 		fmt.Fprintln(c.stdout, "the outbox is empty")
 		return nil
