@@ -68,7 +68,13 @@ func ExampleConsumer() {
 	_ = bus.Publish("order.paid", msg.Copy())
 
 	fmt.Println("shipped", <-shipped)
-	cancel() // stop the consumer; the duplicate was skipped or never taken
+	// The handler has run; its transaction commits before the message is
+	// acked. Wait until both deliveries are acked: the first committed, the
+	// duplicate skipped.
+	for !bus.Idle() {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
 	var shipments int64
 	db.Model(&Shipment{}).Count(&shipments)
 	fmt.Println("shipments:", shipments)
