@@ -65,18 +65,22 @@ func TestCommitsNotifyOnlyIdleRelays(t *testing.T) {
 		e := setup(t, db, nil)
 		e.stamper.Set(time.Now().UTC())
 		l := listenOutbox(t, db, dsn)
-		commit := func() bool {
+		// A commit's notification arrives at once; waiting 5 s for one that
+		// should come, and 300 ms for one that should not, keeps the test
+		// stable on a loaded machine.
+		commit := func(wait time.Duration) bool {
 			e.add(ctx, t, "order.paid", orderPaid{OrderID: "o"}, nil)
-			return l.notified(t, 300*time.Millisecond)
+			return l.notified(t, wait)
 		}
+		const should, shouldNot = 5 * time.Second, 300 * time.Millisecond
 
-		assert.False(t, commit(), "partitioned=%v: no projector registered, no notification", partitioned)
+		assert.False(t, commit(shouldNot), "partitioned=%v: no projector registered, no notification", partitioned)
 		require.NoError(t, e.store.SetRelayIdle(ctx, "p1", true))
-		assert.True(t, commit(), "an idle projector is notified")
+		assert.True(t, commit(should), "an idle projector is notified")
 		require.NoError(t, e.store.SetRelayIdle(ctx, "p2", false))
-		assert.True(t, commit(), "one idle projector is enough")
+		assert.True(t, commit(should), "one idle projector is enough")
 		require.NoError(t, e.store.SetRelayIdle(ctx, "p1", false))
-		assert.False(t, commit(), "busy projectors are not notified")
+		assert.False(t, commit(shouldNot), "busy projectors are not notified")
 		require.NoError(t, e.store.SetRelayIdle(ctx, "p1", true))
 		relays, err := e.store.Relays(ctx)
 		require.NoError(t, err)
@@ -85,7 +89,7 @@ func TestCommitsNotifyOnlyIdleRelays(t *testing.T) {
 		assert.Equal(t, []bool{true, false}, []bool{relays[0].Idle, relays[1].Idle})
 		assert.WithinDuration(t, time.Now(), relays[0].ChangedAt, time.Minute)
 		require.NoError(t, e.store.RemoveRelay(ctx, "p1"))
-		assert.False(t, commit(), "a removed projector is not notified")
+		assert.False(t, commit(shouldNot), "a removed projector is not notified")
 	}
 }
 
