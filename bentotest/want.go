@@ -26,6 +26,8 @@ type Event struct {
 	Metadata         map[string]string
 }
 
+// String describes the event for failure messages: topic, aggregate and
+// payload.
 func (e Event) String() string {
 	s := e.Topic
 	if e.AggregateID != "" {
@@ -43,6 +45,7 @@ type Want struct {
 	Payload     any
 }
 
+// String describes what w asks for, for failure messages.
 func (w Want) String() string {
 	parts := []string{}
 	if w.Topic != "" {
