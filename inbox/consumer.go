@@ -80,6 +80,13 @@ type ConsumerConfig struct {
 	// CloseTimeout is how long Run waits for handlers when its context ends.
 	// DefaultConsumerConfig: 30s.
 	CloseTimeout time.Duration
+	// Concurrency is how many messages the consumer handles at once, each
+	// in its own subscription to the group's queue (on RabbitMQ, a channel
+	// each on the consumer's connection). Each message still gets its own
+	// transaction and inbox record. Above 1, messages are handled in no
+	// particular order, as with several consumer processes. Optional: 0
+	// means 1; DefaultConsumerConfig: 1.
+	Concurrency int
 	// TxOptions are used for each message's transaction. Optional.
 	TxOptions *sql.TxOptions
 	// Logger receives the consumer's and Watermill's logs. Optional:
@@ -96,6 +103,10 @@ type ConsumerConfig struct {
 	Propagator propagation.TextMapPropagator
 }
 
+// maxConcurrency bounds ConsumerConfig.Concurrency: each subscription holds
+// a database connection while it handles a message.
+const maxConcurrency = 256
+
 // DefaultConsumerConfig returns the defaults for group: 5 retries with
 // backoff from 100ms to 10s, a 30s close timeout and a new registry.
 func DefaultConsumerConfig(group string) *ConsumerConfig {
@@ -106,6 +117,7 @@ func DefaultConsumerConfig(group string) *ConsumerConfig {
 		RetryInitialInterval: 100 * time.Millisecond,
 		RetryMaxInterval:     10 * time.Second,
 		CloseTimeout:         30 * time.Second,
+		Concurrency:          1,
 	}
 }
 
@@ -123,6 +135,12 @@ func (c *ConsumerConfig) validate() (ConsumerConfig, error) {
 	}
 	if out.MaxRetries < 0 {
 		errs = append(errs, fmt.Errorf("MaxRetries: %d is negative", out.MaxRetries))
+	}
+	switch {
+	case out.Concurrency < 0 || out.Concurrency > maxConcurrency:
+		errs = append(errs, fmt.Errorf("Concurrency: %d, want 0 to %d", out.Concurrency, maxConcurrency))
+	case out.Concurrency == 0:
+		out.Concurrency = 1
 	}
 	for _, d := range []struct {
 		name string
@@ -383,7 +401,13 @@ func (c *Consumer) Run(ctx context.Context) error {
 		Logger:              wlog,
 	}
 	router.AddMiddleware(poison, retry.Middleware, middleware.Recoverer, c.inbox.Middleware)
-	router.AddConsumerHandler(c.cfg.Group, c.cfg.Group, sub, c.dispatch)
+	for i := range c.cfg.Concurrency { // competing subscriptions to the group's queue
+		name := c.cfg.Group
+		if i > 0 {
+			name = fmt.Sprintf("%s#%d", c.cfg.Group, i+1)
+		}
+		router.AddConsumerHandler(name, c.cfg.Group, sub, c.dispatch)
+	}
 
 	go func() {
 		select {

@@ -143,6 +143,51 @@ func TestConsumerAppliesDuplicatesOnce(t *testing.T) {
 	})
 }
 
+// TestConsumerConcurrency checks that one consumer with Concurrency 4
+// handles four messages at once (on PostgreSQL each handler waits until all
+// four are in flight; SQLite serialises writers, so there they only run
+// side by side) and still applies each message once.
+func TestConsumerConcurrency(t *testing.T) {
+	forEachHarness(t, func(t *testing.T, h *harness) {
+		s := newSuite(t, h)
+		const n = 4
+		overlap := h.db.Dialector.Name() == "postgres"
+		cfg := s.config()
+		cfg.Concurrency = n
+		c := s.newConsumer(t, cfg)
+		var inFlight, peak, calls atomic.Int32
+		all := make(chan struct{})
+		var once sync.Once
+		require.NoError(t, inbox.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+			calls.Add(1)
+			now := inFlight.Add(1)
+			defer inFlight.Add(-1)
+			for p := peak.Load(); now > p && !peak.CompareAndSwap(p, now); p = peak.Load() {
+			}
+			if now == n {
+				once.Do(func() { close(all) })
+			}
+			if overlap {
+				select { // hold the message until n are handled at once
+				case <-all:
+				case <-time.After(10 * time.Second):
+					return errors.New("the other subscriptions never took a message")
+				}
+			}
+			return uow.DB(ctx, nil).Create(&Effect{MessageID: env.ID}).Error
+		}))
+		run(t, c)
+		for i := range 2 * n {
+			s.publish(t, "order.placed", eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: fmt.Sprint(i), SKU: "apple", Qty: 1}, nil))
+		}
+		waitFor(t, 30*time.Second, "every message applied", func() bool { return s.effects(t) == 2*n })
+		if overlap {
+			assert.EqualValues(t, n, peak.Load(), "messages handled at once")
+		}
+		assert.EqualValues(t, 2*n, calls.Load(), "each message handled once")
+	})
+}
+
 // TestConsumerRetriesThenApplies: a handler failing twice, then succeeding,
 // applies the message once and dead-letters nothing.
 func TestConsumerRetriesThenApplies(t *testing.T) {
@@ -323,9 +368,10 @@ func TestConsumerConfig(t *testing.T) {
 	bad.MaxRetries = -1
 	bad.RetryInitialInterval = 0
 	bad.Registry = nil
+	bad.Concurrency = -1
 	_, err := inbox.NewConsumer(h.db, func([]string) (message.Subscriber, error) { return nil, nil }, nil, "", bad)
 	require.ErrorIs(t, err, inbox.ErrInvalidConfig)
-	for _, f := range []string{"Group", "MaxRetries", "RetryInitialInterval", "Registry", "dead-letter"} {
+	for _, f := range []string{"Group", "MaxRetries", "RetryInitialInterval", "Registry", "Concurrency", "dead-letter"} {
 		assert.Contains(t, err.Error(), f)
 	}
 	c := h.newConsumer(t, inbox.DefaultConsumerConfig("g1"))
