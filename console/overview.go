@@ -125,11 +125,11 @@ func backlog(groups []outbox.Group, key func(outbox.Group) string, now time.Time
 			rows = append(rows, backlogRow{Name: k, Counts: make([]int64, len(outbox.Statuses))})
 		}
 		row := &rows[i]
-		if si := statusIndex(g.Status); si >= 0 {
+		if si := g.Status.Index(); si >= 0 {
 			row.Counts[si] += g.Count
 		}
 		row.Total += g.Count
-		if pending(g.Status) && (row.OldestPendingAt.IsZero() || g.Oldest.Before(row.OldestPendingAt)) {
+		if g.Status.Pending() && (row.OldestPendingAt.IsZero() || g.Oldest.Before(row.OldestPendingAt)) {
 			row.OldestPendingAt = g.Oldest
 		}
 	}
@@ -140,19 +140,6 @@ func backlog(groups []outbox.Group, key func(outbox.Group) string, now time.Time
 	}
 	sort.Slice(rows, func(i, j int) bool { return rows[i].Name < rows[j].Name })
 	return rows
-}
-
-func pending(s outbox.Status) bool {
-	return s == outbox.StatusNew || s == outbox.StatusPublishing || s == outbox.StatusFailed
-}
-
-func statusIndex(s outbox.Status) int {
-	for i, st := range outbox.Statuses {
-		if st == s {
-			return i
-		}
-	}
-	return -1
 }
 
 func tenantsOf(groups []outbox.Group) []string {

@@ -25,6 +25,22 @@ const (
 // Statuses lists every status in state-machine order.
 var Statuses = []Status{StatusNew, StatusPublishing, StatusSent, StatusFailed, StatusDead}
 
+// Pending reports whether a row in status s still has to be relayed: new,
+// publishing or failed.
+func (s Status) Pending() bool {
+	return s == StatusNew || s == StatusPublishing || s == StatusFailed
+}
+
+// Index returns the position of s in Statuses, or -1 for an unknown status.
+func (s Status) Index() int {
+	for i, st := range Statuses {
+		if st == s {
+			return i
+		}
+	}
+	return -1
+}
+
 // NotifyChannel is the PostgreSQL LISTEN channel the outbox insert trigger
 // notifies. The payload is "schema:tenant".
 const NotifyChannel = "bento_outbox"

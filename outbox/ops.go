@@ -71,17 +71,15 @@ func (s *Store) Breakdown(ctx context.Context, opts *StatsOpts) ([]Group, error)
 		if a.Topic != b.Topic {
 			return a.Topic < b.Topic
 		}
-		return statusRank(a.Status) < statusRank(b.Status)
+		return rank(a.Status) < rank(b.Status)
 	})
 	return out, nil
 }
 
-// statusRank orders statuses as Statuses lists them; unknown ones last.
-func statusRank(s Status) int {
-	for i, st := range Statuses {
-		if st == s {
-			return i
-		}
+// rank orders statuses as Statuses lists them, unknown ones last.
+func rank(s Status) int {
+	if i := s.Index(); i >= 0 {
+		return i
 	}
 	return len(Statuses)
 }

@@ -170,3 +170,17 @@ func TestCountSentMatchesPurge(t *testing.T) {
 		assert.ErrorIs(t, err, outbox.ErrInvalidArgument)
 	})
 }
+
+func TestStatusPendingAndIndex(t *testing.T) {
+	t.Parallel()
+	var pending []outbox.Status
+	for i, s := range outbox.Statuses {
+		assert.Equal(t, i, s.Index(), s)
+		if s.Pending() {
+			pending = append(pending, s)
+		}
+	}
+	assert.Equal(t, []outbox.Status{outbox.StatusNew, outbox.StatusPublishing, outbox.StatusFailed}, pending)
+	assert.Equal(t, -1, outbox.Status("lost").Index())
+	assert.False(t, outbox.Status("lost").Pending())
+}

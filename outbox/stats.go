@@ -48,7 +48,11 @@ func (s *Store) Stats(ctx context.Context, opts *StatsOpts) (*Stats, error) {
 	for _, r := range rows {
 		st.Counts[r.Status] = r.N
 	}
-	st.Pending = st.Counts[StatusNew] + st.Counts[StatusPublishing] + st.Counts[StatusFailed]
+	for status, n := range st.Counts {
+		if status.Pending() {
+			st.Pending += n
+		}
+	}
 	if st.Pending == 0 {
 		return st, nil
 	}

@@ -94,14 +94,14 @@ func collectStats(ctx context.Context, st *outbox.Store, tenant string) (*statsR
 	for _, g := range groups {
 		t := get(g.Tenant)
 		t.Counts[g.Status] += g.Count
-		switch g.Status {
-		case outbox.StatusNew, outbox.StatusPublishing, outbox.StatusFailed:
+		switch {
+		case g.Status.Pending():
 			t.Pending += g.Count
 			if t.OldestPendingAt == nil || g.Oldest.Before(*t.OldestPendingAt) {
 				oldest := g.Oldest
 				t.OldestPendingAt = &oldest
 			}
-		case outbox.StatusDead:
+		case g.Status == outbox.StatusDead:
 			t.Dead += g.Count
 		}
 	}
