@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"time"
 
@@ -16,10 +17,7 @@ type purgeFlags struct {
 	batch    *int
 }
 
-func (c *cli) purgeFlags(fs interface {
-	Bool(string, bool, string) *bool
-	Int(string, int, string) *int
-}) purgeFlags {
+func (c *cli) purgeFlags(fs *flag.FlagSet) purgeFlags {
 	return purgeFlags{
 		dry:   fs.Bool("dry-run", false, "count what would be deleted and delete nothing"),
 		yes:   fs.Bool("yes", false, "do not ask for confirmation"),
