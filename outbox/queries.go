@@ -60,7 +60,7 @@ FROM ready
 WHERE outbox_events.id = ready.id
   AND outbox_events.created_at = ready.created_at
   AND outbox_events.status IN ('new', 'publishing', 'failed')
-RETURNING outbox_events.*`
+RETURNING ` + returningColumns
 	}
 	return `UPDATE outbox_events SET ` + claimSet + `
 WHERE id IN (
@@ -68,8 +68,18 @@ WHERE id IN (
   WHERE ` + where + `
   ORDER BY o.available_at, o.id
   LIMIT @limit)
-RETURNING *`
+RETURNING ` + returningColumns
 }
+
+// returningColumns are the columns a claim returns, in the order
+// scanMessage reads them.
+const returningColumns = `outbox_events.id, outbox_events.tenant_id, outbox_events.topic,
+  outbox_events.aggregate_type, outbox_events.aggregate_id, outbox_events.aggregate_version,
+  outbox_events.schema_version, outbox_events.payload, outbox_events.metadata,
+  outbox_events.occurred_at, outbox_events.created_at, outbox_events.status,
+  outbox_events.attempts, outbox_events.available_at, outbox_events.locked_by,
+  outbox_events.locked_until, outbox_events.last_error, outbox_events.published_at,
+  outbox_events.failed_at, outbox_events.dedup_key`
 
 // ownedByWorker fences every outcome: only the worker holding the lease may
 // record it, so a projector whose lease was taken over changes nothing.
