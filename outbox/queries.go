@@ -1,6 +1,10 @@
 package outbox
 
-import "github.com/bentoevents/bento/internal/dialect"
+import (
+	"strings"
+
+	"github.com/bentoevents/bento/internal/dialect"
+)
 
 // The SQL that matters, in one place. Only constant fragments are joined;
 // every value is a bind parameter.
@@ -80,6 +84,45 @@ const returningColumns = `outbox_events.id, outbox_events.tenant_id, outbox_even
   outbox_events.attempts, outbox_events.available_at, outbox_events.locked_by,
   outbox_events.locked_until, outbox_events.last_error, outbox_events.published_at,
   outbox_events.failed_at, outbox_events.dedup_key`
+
+// insertColumns are the columns Insert writes; the others start NULL.
+const insertColumns = `INSERT INTO outbox_events (id, tenant_id, topic, aggregate_type, aggregate_id,
+  aggregate_version, schema_version, payload, metadata, occurred_at, created_at, status,
+  attempts, available_at, dedup_key) VALUES `
+
+// insertRow is one row of insertColumns' placeholders.
+const insertRow = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+// insertOnConflict skips a row whose dedup key its tenant already used.
+const insertOnConflict = `
+ON CONFLICT (tenant_id, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING`
+
+// insertSQL is the multi-row INSERT of n messages. A plain statement rather
+// than GORM's Create: every commit runs it, and Create reflects over the
+// Message struct for each row.
+func insertSQL(n int) string {
+	var b strings.Builder
+	b.Grow(len(insertColumns) + n*(len(insertRow)+2))
+	b.WriteString(insertColumns)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(insertRow)
+	}
+	return b.String()
+}
+
+// insertArgs are the values of insertSQL for msgs, in insertColumns' order.
+func insertArgs(msgs []*Message) []any {
+	args := make([]any, 0, len(msgs)*15)
+	for _, m := range msgs {
+		args = append(args, m.ID, m.TenantID, m.Topic, m.AggregateType, m.AggregateID,
+			m.AggregateVersion, m.SchemaVersion, m.Payload, m.Metadata, m.OccurredAt, m.CreatedAt, string(m.Status),
+			m.Attempts, m.AvailableAt, m.DedupKey)
+	}
+	return args
+}
 
 // ownedByWorker fences every outcome: only the worker holding the lease may
 // record it, so a projector whose lease was taken over changes nothing.

@@ -9,7 +9,6 @@ import (
 
 	"go.opentelemetry.io/otel/propagation"
 	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 
 	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/internal/dialect"
@@ -250,10 +249,7 @@ func (s *Store) Insert(ctx context.Context, tx *gorm.DB, msgs []*Message) error 
 			hasDedup = true
 		}
 	}
-	// Batches keep each statement under the bind-parameter limits
-	// (65,535 on PostgreSQL, 32,766 on SQLite) however many events a unit
-	// writes.
-	q := tx.WithContext(ctx).Session(&gorm.Session{CreateBatchSize: insertBatchSize})
+	onConflict := ""
 	if hasDedup {
 		partitioned, err := s.isPartitioned(ctx, tx)
 		if err != nil {
@@ -263,20 +259,24 @@ func (s *Store) Insert(ctx context.Context, tx *gorm.DB, msgs []*Message) error 
 		// CONFLICT to name: its insert trigger skips a row whose key is
 		// taken, which counts the same below.
 		if !partitioned {
-			q = q.Clauses(clause.OnConflict{
-				Columns:     []clause.Column{{Name: "tenant_id"}, {Name: "dedup_key"}},
-				TargetWhere: clause.Where{Exprs: []clause.Expression{clause.Expr{SQL: "dedup_key IS NOT NULL"}}},
-				DoNothing:   true,
-			})
+			onConflict = insertOnConflict
 		}
 	}
-	res := q.Create(msgs)
-	if res.Error != nil {
-		return wrapDB("outbox: insert", res.Error)
+	// Batches keep each statement under the bind-parameter limits
+	// (65,535 on PostgreSQL, 32,766 on SQLite) however many events a unit
+	// writes.
+	var written int64
+	for start := 0; start < len(msgs); start += insertBatchSize {
+		batch := msgs[start:min(start+insertBatchSize, len(msgs))]
+		res := tx.WithContext(ctx).Exec(insertSQL(len(batch))+onConflict, insertArgs(batch)...)
+		if res.Error != nil {
+			return wrapDB("outbox: insert", res.Error)
+		}
+		written += res.RowsAffected
 	}
-	if res.RowsAffected != int64(len(msgs)) {
+	if written != int64(len(msgs)) {
 		return fmt.Errorf("%w: %d of %d events not written because their dedup key is taken",
-			ErrDuplicateKey, int64(len(msgs))-res.RowsAffected, len(msgs))
+			ErrDuplicateKey, int64(len(msgs))-written, len(msgs))
 	}
 	return nil
 }

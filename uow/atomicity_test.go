@@ -3,6 +3,7 @@ package uow_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -21,23 +22,28 @@ func failOn(t *testing.T, db *gorm.DB, kind, table string) (disarm func()) {
 	t.Helper()
 	armed := true
 	fail := func(tx *gorm.DB) {
-		if armed && tx.Statement.Table == table {
+		// GORM's own statements name their table; the outbox writes its
+		// rows with a plain INSERT (through the Raw chain).
+		if armed && (tx.Statement.Table == table ||
+			strings.HasPrefix(tx.Statement.SQL.String(), "INSERT INTO "+table+" ")) {
 			_ = tx.AddError(errInjected)
 		}
 	}
 	name := "test:fail_" + kind + "_" + table
-	var err error
+	var errs []error
 	switch kind {
 	case "before_create": // during the INSERT, before it reaches the database
-		err = db.Callback().Create().Before("gorm:create").Register(name, fail)
+		errs = append(errs, db.Callback().Create().Before("gorm:create").Register(name, fail),
+			db.Callback().Raw().Before("gorm:raw").Register(name, fail))
 	case "after_update": // after the UPDATE has run in the transaction
-		err = db.Callback().Update().After("gorm:update").Register(name, fail)
+		errs = append(errs, db.Callback().Update().After("gorm:update").Register(name, fail))
 	case "after_create":
-		err = db.Callback().Create().After("gorm:create").Register(name, fail)
+		errs = append(errs, db.Callback().Create().After("gorm:create").Register(name, fail),
+			db.Callback().Raw().After("gorm:raw").Register(name, fail))
 	default:
 		t.Fatalf("unknown kind %q", kind)
 	}
-	require.NoError(t, err)
+	require.NoError(t, errors.Join(errs...))
 	return func() { armed = false }
 }
 
