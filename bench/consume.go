@@ -237,7 +237,7 @@ func runConsume(ctx context.Context, b *consumeBed, handler, mode string, n int)
 	timer := &stmtTimer{}
 	db := b.db.Session(&gorm.Session{Logger: timer})
 	defer func() {
-		r.InboxInsert, r.Write = timer.summary("INSERT INTO \"inbox_messages\""), timer.summary("INSERT INTO "+receiptsTable)
+		r.InboxInsert, r.Write = timer.summary("INSERT INTO inbox_messages"), timer.summary("INSERT INTO "+receiptsTable)
 	}()
 	fn := handlerFunc(handler, db, c)
 	if mode == "direct" {
@@ -257,18 +257,16 @@ func runConsume(ctx context.Context, b *consumeBed, handler, mode string, n int)
 	var runs []func(context.Context) error
 	switch mode {
 	case "inbox":
-		for range n {
-			cc := inbox.DefaultConsumerConfig(group)
-			cc.CloseTimeout, cc.Logger = 10*time.Second, b.e.log
-			cons, err := inbox.NewAMQPConsumer(ctx, db, cfg, cc)
-			if err != nil {
-				return r, err
-			}
-			if err := inbox.Handle(cons, fn); err != nil {
-				return r, err
-			}
-			runs = append(runs, cons.Run)
+		cc := inbox.DefaultConsumerConfig(group)
+		cc.CloseTimeout, cc.Logger, cc.Concurrency = 10*time.Second, b.e.log, n
+		cons, err := inbox.NewAMQPConsumer(ctx, db, cfg, cc)
+		if err != nil {
+			return r, err
 		}
+		if err := inbox.Handle(cons, fn); err != nil {
+			return r, err
+		}
+		runs = append(runs, cons.Run)
 	case "plain":
 		run, err := plainConsumer(cfg, group, n, b.e, fn)
 		if err != nil {
