@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v2/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -49,8 +50,12 @@ type AMQPConfig struct {
 	// PrefetchCount is how many unacked messages the broker sends ahead to
 	// each subscription (AMQP basic.qos), at most 65535. Defaults to 32.
 	PrefetchCount int
-	// Logger receives the logs of watermill-amqp. Defaults to slog.Default().
+	// Logger receives the logs of watermill-amqp and of ConfirmPublisher.
+	// Defaults to slog.Default().
 	Logger *slog.Logger
+	// Registerer, when set, receives ConfirmPublisher's Prometheus metrics.
+	// Defaults to none.
+	Registerer prometheus.Registerer
 }
 
 // resolve returns a validated copy of c with the defaults filled in.
@@ -203,6 +208,15 @@ func NewAMQPPublisher(cfg *AMQPConfig) (*AMQPPublisher, error) {
 // at once (it neither waits nor buffers) and the publisher reconnects in the
 // background. It returns an error wrapping [ErrInvalidName] for a malformed
 // topic, and [ErrClosed] after Close.
+//
+// Publish takes no context and sets no deadline of its own. On a link that
+// stops answering without closing, it fails once amqp091's heartbeat check
+// gives up on the connection, about 15 seconds after the broker last sent
+// anything; while the broker blocks publishers (connection.blocked, under a
+// memory or disk alarm) it waits until they are unblocked, however long
+// that takes. The projector stops waiting at its PublishTimeout and lets
+// the call finish in the background. [ConfirmPublisher.PublishBatch] is
+// bounded by its context instead.
 func (p *AMQPPublisher) Publish(topic string, msgs ...*message.Message) error {
 	if err := validateTopic(topic); err != nil {
 		return fmt.Errorf("publish: %w", err)
@@ -222,7 +236,9 @@ func (p *AMQPPublisher) Publish(topic string, msgs ...*message.Message) error {
 }
 
 // Close waits for the Publish calls in progress and closes the connection.
-// It is idempotent.
+// It is idempotent. Like Publish it has no deadline: on a link that stopped
+// answering it returns after about 15 seconds (the heartbeat check), and
+// while the broker blocks publishers, once it unblocks them.
 func (p *AMQPPublisher) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()

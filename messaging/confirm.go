@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"sync"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -12,13 +13,23 @@ import (
 
 var (
 	// ErrNacked is returned for a message the broker refused to take
-	// responsibility for (basic.nack), or whose channel closed before the
-	// broker confirmed it.
+	// responsibility for (basic.nack).
 	ErrNacked = errors.New("messaging: broker did not confirm the message")
 	// ErrReturned is returned for a message the broker returned as
 	// unroutable (mandatory publish with no queue, not even through the
 	// alternate exchange, to take it).
 	ErrReturned = errors.New("messaging: broker returned the message as unroutable")
+	// ErrBlocked is returned for a message not published because the broker
+	// blocked the connection (connection.blocked: RabbitMQ is short of
+	// memory or disk and stopped reading from publishers) until the
+	// context ended. Retry later.
+	ErrBlocked = errors.New("messaging: broker blocked the connection")
+	// ErrMessageTooLarge is returned for a message whose properties and
+	// headers (its metadata) do not fit one AMQP frame of the connection
+	// (RabbitMQ's frame_max, 128 KiB by default). Its body may be of any
+	// size. The message is not sent: it would make the broker close the
+	// connection. Publishing it again cannot succeed.
+	ErrMessageTooLarge = errors.New("messaging: message headers too large for an AMQP frame")
 )
 
 // Outgoing is one message of a batch and the topic (routing key) it is
@@ -42,32 +53,56 @@ type Outgoing struct {
 // uses to hand it a whole claimed batch. When the connection drops, the
 // publishes in flight fail and the next call reconnects. It is safe for
 // concurrent use: each call takes one of ChannelPoolSize channels.
+//
+// When RabbitMQ runs short of memory or disk it blocks publishing
+// connections (connection.blocked) and stops reading from them. The
+// publisher then writes nothing: calls wait for connection.unblocked or the
+// end of their context. It logs the block and the unblock to
+// AMQPConfig.Logger, and, with AMQPConfig.Registerer, shows it in the gauge
+// bento_amqp_publisher_blocked (1 while its connection is blocked; the
+// publishers sharing a registry add up).
 type ConfirmPublisher struct {
-	cfg  *AMQPConfig
-	pool chan *confirmChannel
+	cfg     *AMQPConfig
+	metrics *publisherMetrics
+	pool    chan *confirmChannel
+	done    chan struct{} // closed by Close
 
-	mu     sync.Mutex
-	conn   *amqp.Connection
-	open   int // channels created on conn and not discarded
-	closed bool
+	mu      sync.Mutex
+	link    *link         // the current connection; nil before the first dial
+	dialing chan struct{} // closed when the dial in progress ends; nil when none
+	open    int           // channels open or being opened, not discarded
+	closed  bool
+
+	skipSizeCheck bool // tests: write messages too large for a frame anyway
 }
 
 type confirmChannel struct {
-	conn    *amqp.Connection
+	link    *link
 	ch      *amqp.Channel
 	returns chan amqp.Return
+	closes  chan *amqp.Error // the broker's error when it closes ch
 }
 
 // NewConfirmPublisher declares the topology (see DeclareTopology) and
 // returns a publisher for cfg.
 //
-// Errors: ErrInvalidConfig, or the broker's error.
+// Errors: ErrInvalidConfig, the broker's error, or AMQPConfig.Registerer's
+// when it refuses the publisher's gauge.
 func NewConfirmPublisher(cfg *AMQPConfig) (*ConfirmPublisher, error) {
 	c, err := cfg.publisherSetup()
 	if err != nil {
 		return nil, err
 	}
-	return &ConfirmPublisher{cfg: c, pool: make(chan *confirmChannel, c.ChannelPoolSize)}, nil
+	m, err := newPublisherMetrics(c.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("messaging: register metrics: %w", err)
+	}
+	return &ConfirmPublisher{
+		cfg:     c,
+		metrics: m,
+		pool:    make(chan *confirmChannel, c.ChannelPoolSize),
+		done:    make(chan struct{}),
+	}, nil
 }
 
 // Publish publishes msgs under topic and returns the first failure.
@@ -81,179 +116,129 @@ func (p *ConfirmPublisher) Publish(topic string, msgs ...*message.Message) error
 
 // PublishBatch publishes every message of batch, pipelined on one channel,
 // and returns each message's outcome: nil once the broker confirmed it,
-// otherwise why not (ErrNacked, ErrReturned, a connection error, or ctx's
-// error when ctx ends first). A message whose outcome is an error may still
-// have reached the broker: treat it as "retry later" (at least once).
+// otherwise an error saying why not:
+//   - [ErrNacked]: the broker refused the message;
+//   - [ErrReturned]: the broker could not route it anywhere;
+//   - [ErrMessageTooLarge]: its metadata does not fit an AMQP frame (it is
+//     not sent, so the others are not disturbed);
+//   - [ErrInvalidName]: its topic is not a valid routing key;
+//   - [ErrBlocked], together with ctx's error: the broker blocked the
+//     connection until ctx ended (the message was not written, or not
+//     confirmed);
+//   - ctx's error: ctx ended first;
+//   - [ErrClosed]: the publisher was closed;
+//   - the broker's *amqp091.Error: the message made the broker close the
+//     channel or the connection even when sent alone (see below);
+//   - otherwise the error of the dial or of the connection.
+//
+// A message whose outcome is an error may still have reached the broker
+// (at least once). Treat an error as "retry later", except
+// ErrMessageTooLarge and ErrInvalidName, which no retry cures.
+//
+// When the channel or its connection fails in the middle of the batch, the
+// messages not yet confirmed are published again on a fresh channel
+// (reconnecting if need be) before PublishBatch returns, in smaller and
+// smaller rounds until the message that causes the failure is sent alone
+// and fails again: it alone gets the error, the others are published. It
+// gives up after about 2·log2(len(batch)) failed rounds, reporting the last
+// failure for the messages left. Calls running at once share the
+// connection: a connection closed because of one call's message makes the
+// others publish again too.
+//
+// ctx bounds the whole call, even on a link that stops answering without
+// closing: when ctx ends while a message is being written, the publisher
+// closes the connection's socket (the next call reconnects), and every
+// message not confirmed by then is reported with an error wrapping ctx's.
 func (p *ConfirmPublisher) PublishBatch(ctx context.Context, batch []Outgoing) []error {
 	errs := make([]error, len(batch))
-	if len(batch) == 0 {
-		return errs
-	}
-	fail := func(from int, err error) {
-		for i := from; i < len(batch); i++ {
-			if errs[i] == nil {
-				errs[i] = err
-			}
-		}
-	}
-	cc, err := p.channel(ctx)
-	if err != nil {
-		fail(0, err)
-		return errs
-	}
-	healthy := true
-	defer func() { p.release(cc, healthy) }()
-
-	pending := make([]*amqp.DeferredConfirmation, len(batch))
+	pubs := make([]amqp.Publishing, len(batch))
+	todo := make([]int, 0, len(batch))
 	for i, o := range batch {
+		if o.Message == nil {
+			errs[i] = fmt.Errorf("messaging: publish to %q: nil message", o.Topic)
+			continue
+		}
+		if err := validateTopic(o.Topic); err != nil {
+			errs[i] = fmt.Errorf("messaging: publish %s: %w", o.Message.UUID, err)
+			continue
+		}
 		pub, err := defaultMarshaler.Marshal(o.Message)
+		if err == nil {
+			// What amqp091 would refuse before writing: a publish error is
+			// then always the channel's, never the message's.
+			err = pub.Headers.Validate()
+		}
 		if err != nil {
 			errs[i] = fmt.Errorf("messaging: marshal %s: %w", o.Message.UUID, err)
 			continue
 		}
-		dc, err := cc.ch.PublishWithDeferredConfirmWithContext(ctx, p.cfg.Exchange, o.Topic, true, false, pub)
+		pubs[i] = pub
+		todo = append(todo, i)
+	}
+	failAll := func(idx []int, err error) {
+		for _, i := range idx {
+			errs[i] = fmt.Errorf("messaging: publish %s: %w", batch[i].Message.UUID, err)
+		}
+	}
+	// A channel or connection that fails in the middle of a round fails
+	// every message not yet confirmed, whichever caused it. Those go out
+	// again on a fresh channel, in rounds half as large as the last
+	// undecided part, until a message that fails alone is known to be the
+	// cause: it alone gets the error. The number of failed rounds is
+	// bounded, enough to single out a couple of culprits.
+	window := len(todo)
+	failures, maxFailures := 0, 2*(bits.Len(uint(len(todo)))+1)
+	for len(todo) > 0 {
+		cc, err := p.channel(ctx)
 		if err != nil {
-			healthy = false
-			fail(i, fmt.Errorf("messaging: publish to %q: %w", o.Topic, err))
+			failAll(todo, err)
 			break
 		}
-		pending[i] = dc
-	}
-	for i, dc := range pending {
-		if dc == nil {
+		todo = p.checkSizes(cc.link, batch, pubs, todo, errs)
+		n := min(window, len(todo))
+		r := p.round(ctx, cc, batch, pubs, todo[:n], errs)
+		p.release(cc, r.healthy)
+		rest := todo[n:]
+		switch {
+		case r.stop != nil:
+			failAll(rest, r.stop)
+			return errs
+		case r.failure == nil:
+			todo = rest
 			continue
 		}
-		ok, err := dc.WaitContext(ctx)
-		switch {
-		case err != nil:
-			healthy = false // confirms of this channel are now out of step
-			errs[i] = fmt.Errorf("messaging: wait for confirm of %s: %w", batch[i].Message.UUID, err)
-		case !ok:
-			errs[i] = fmt.Errorf("%w: %s", ErrNacked, batch[i].Message.UUID)
+		failures++
+		if n == 1 && r.culprit {
+			failAll(r.retry, r.failure)
+			todo, window = rest, len(rest)
+			continue
 		}
-	}
-	// The broker sends basic.return before the basic.ack of the same
-	// message, and the client hands returns over before confirms, so every
-	// return of this batch is buffered by now.
-	returned := map[string]bool{}
-drain:
-	for {
-		select {
-		case r, ok := <-cc.returns:
-			if !ok { // the channel closed: no more returns will come
-				healthy = false
-				break drain
-			}
-			returned[r.MessageId] = true
-		default:
-			break drain
+		if failures >= maxFailures {
+			failAll(append(r.retry, rest...), r.failure)
+			break
 		}
-	}
-	for i, o := range batch {
-		if errs[i] == nil && returned[o.Message.UUID] {
-			errs[i] = fmt.Errorf("%w: %s (routing key %q)", ErrReturned, o.Message.UUID, o.Topic)
-		}
-	}
-	if cc.ch.IsClosed() {
-		healthy = false
+		todo = append(r.retry, rest...)
+		window = max(1, (len(r.retry)+1)/2)
 	}
 	return errs
 }
 
-// channel takes a channel from the pool, opening one (and the connection)
-// when the pool is empty and fewer than ChannelPoolSize are open.
-func (p *ConfirmPublisher) channel(ctx context.Context) (*confirmChannel, error) {
-	for {
-		select {
-		case cc := <-p.pool:
-			if cc.conn.IsClosed() || cc.ch.IsClosed() {
-				p.discard(cc)
-				continue
-			}
-			return cc, nil
-		default:
-		}
-		p.mu.Lock()
-		if p.closed {
-			p.mu.Unlock()
-			return nil, ErrClosed
-		}
-		if p.open < cap(p.pool) {
-			cc, err := p.openLocked(ctx)
-			p.mu.Unlock()
-			return cc, err
-		}
-		p.mu.Unlock()
-		select {
-		case cc := <-p.pool:
-			if cc.conn.IsClosed() || cc.ch.IsClosed() {
-				p.discard(cc)
-				continue
-			}
-			return cc, nil
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-}
-
-// openLocked opens a confirm-mode channel, dialling first when there is no
-// live connection. p.mu must be held.
-func (p *ConfirmPublisher) openLocked(ctx context.Context) (*confirmChannel, error) {
-	if p.conn == nil || p.conn.IsClosed() {
-		conn, err := p.cfg.dial(ctx)
-		if err != nil {
-			return nil, err
-		}
-		p.conn = conn
-	}
-	ch, err := p.conn.Channel()
-	if err != nil {
-		return nil, fmt.Errorf("messaging: open channel: %w", err)
-	}
-	if err := ch.Confirm(false); err != nil {
-		_ = ch.Close()
-		return nil, fmt.Errorf("messaging: confirm mode: %w", err)
-	}
-	cc := &confirmChannel{conn: p.conn, ch: ch, returns: ch.NotifyReturn(make(chan amqp.Return, 4096))}
-	p.open++
-	return cc, nil
-}
-
-func (p *ConfirmPublisher) release(cc *confirmChannel, healthy bool) {
-	if !healthy {
-		p.discard(cc)
-		return
-	}
-	p.mu.Lock()
-	closed := p.closed
-	p.mu.Unlock()
-	if closed {
-		p.discard(cc)
-		return
-	}
-	p.pool <- cc
-}
-
-func (p *ConfirmPublisher) discard(cc *confirmChannel) {
-	_ = cc.ch.Close()
-	p.mu.Lock()
-	p.open--
-	p.mu.Unlock()
-}
-
-// Close closes the connection; publishes in flight fail. It is idempotent.
+// Close closes the connection; publishes in flight fail. It waits at most
+// 2 seconds for the broker to acknowledge the close, then closes the
+// socket, so it returns promptly even on a link that stopped answering. It
+// is idempotent.
 func (p *ConfirmPublisher) Close() error {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.closed {
+		p.mu.Unlock()
 		return nil
 	}
 	p.closed = true
-	if p.conn != nil && !p.conn.IsClosed() {
-		if err := p.conn.Close(); err != nil && !errors.Is(err, amqp.ErrClosed) {
-			return fmt.Errorf("messaging: close AMQP connection: %w", err)
-		}
+	close(p.done)
+	l := p.link
+	p.mu.Unlock()
+	if l == nil {
+		return nil
 	}
-	return nil
+	return l.close()
 }

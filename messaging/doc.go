@@ -79,7 +79,19 @@
 // from several goroutines at once (up to AMQPConfig.ChannelPoolSize run in
 // parallel). While the connection is down Publish fails at once and the
 // publisher reconnects in the background: treat any Publish error as "retry
-// later". The subscriber accepts messages from producers other than
+// later". It has no deadline of its own (see its doc).
+//
+// [ConfirmPublisher] publishes the same messages to the same topology with
+// pipelined confirms: [ConfirmPublisher.PublishBatch] writes a whole batch,
+// then waits for its confirms together, and reports each message's outcome.
+// Its context bounds it even on a link that stops answering; while the
+// broker blocks publishers (connection.blocked) it writes nothing and fails
+// with [ErrBlocked] when its context ends; a message whose metadata does not
+// fit an AMQP frame fails alone with [ErrMessageTooLarge]; and when the
+// channel or connection fails mid-batch, the messages not yet confirmed are
+// published again, so that only the message that causes the failure fails.
+//
+// The subscriber accepts messages from producers other than
 // watermill: headers that are not strings (such as RabbitMQ's x-death) are
 // turned into strings, and without a watermill UUID header the UUID is the
 // AMQP MessageId.

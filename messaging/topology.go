@@ -69,9 +69,18 @@ func DeclareQueue(ctx context.Context, cfg *AMQPConfig, group string, patterns .
 
 // dial connects to the broker. ctx bounds the dial and the AMQP handshake.
 func (c *AMQPConfig) dial(ctx context.Context) (*amqp.Connection, error) {
+	conn, _, err := c.dialSocket(ctx)
+	return conn, err
+}
+
+// dialSocket is dial that also returns the connection's TCP socket, which
+// the caller may close to abandon a connection whose broker stopped
+// answering. An error after ctx ended wraps ctx's error.
+func (c *AMQPConfig) dialSocket(ctx context.Context) (*amqp.Connection, net.Conn, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	var sock net.Conn
 	conn, err := amqp.DialConfig(c.URL, amqp.Config{
 		Heartbeat: 10 * time.Second,
 		Locale:    "en_US",
@@ -94,13 +103,17 @@ func (c *AMQPConfig) dial(ctx context.Context) (*amqp.Connection, error) {
 				_ = nc.Close()
 				return nil, err
 			}
+			sock = nc
 			return nc, nil
 		},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("messaging: connect to AMQP: %w", err)
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, nil, fmt.Errorf("messaging: connect to AMQP: %w (%w)", cerr, err)
+		}
+		return nil, nil, fmt.Errorf("messaging: connect to AMQP: %w", err)
 	}
-	return conn, nil
+	return conn, sock, nil
 }
 
 // withChannel dials the broker, runs fn on a channel and closes the
