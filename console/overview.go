@@ -35,7 +35,7 @@ type statusCount struct {
 	Count  int64
 }
 
-// backlogRow is one topic's (or tenant's) row counts, in Statuses order.
+// backlogRow is one topic's (or tenant's) row counts, in UnsentStatuses order.
 type backlogRow struct {
 	Name   string
 	Counts []int64
@@ -87,11 +87,11 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := &overviewData{
-		Tenant: t, Statuses: outbox.Statuses, Pending: st.Pending,
+		Tenant: t, Statuses: outbox.UnsentStatuses, Pending: st.Pending,
 		OldestPendingAt: st.OldestPendingAt, OldestPendingAge: st.OldestPendingAge,
 		Chart: newChart(activity),
 	}
-	for _, s := range outbox.Statuses {
+	for _, s := range outbox.UnsentStatuses {
 		d.Counts = append(d.Counts, statusCount{Status: s, Count: st.Counts[s]})
 		d.Total += st.Counts[s]
 	}
@@ -122,10 +122,10 @@ func backlog(groups []outbox.Group, key func(outbox.Group) string, now time.Time
 		if !ok {
 			i = len(rows)
 			idx[k] = i
-			rows = append(rows, backlogRow{Name: k, Counts: make([]int64, len(outbox.Statuses))})
+			rows = append(rows, backlogRow{Name: k, Counts: make([]int64, len(outbox.UnsentStatuses))})
 		}
 		row := &rows[i]
-		if si := g.Status.Index(); si >= 0 {
+		if si := slices.Index(outbox.UnsentStatuses, g.Status); si >= 0 {
 			row.Counts[si] += g.Count
 		}
 		row.Total += g.Count

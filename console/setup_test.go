@@ -56,7 +56,7 @@ func setupAt(t *testing.T, db *gorm.DB, cfg *console.Config, prefix string) *env
 	ctx := context.Background()
 	require.NoError(t, outbox.Migrate(ctx, db))
 	clock := testenv.NewStamper(epoch)
-	store, err := outbox.NewStore(db, &outbox.Config{Stamper: clock})
+	store, err := outbox.NewStore(db, &outbox.Config{Stamper: clock, Test: outbox.TestConfig{Clock: clock}})
 	require.NoError(t, err)
 	e := &env{db: db, store: store, clock: clock, prefix: prefix}
 	e.rows = fixture(t, e)
@@ -130,7 +130,7 @@ func fixture(t *testing.T, e *env) map[string]*outbox.Message {
 	_, err = e.store.MarkFailed(ctx, "w", outbox.Failure{ID: rows["b"].ID, Err: errors.New(`broker said <b>no</b> & "gave up"`), Dead: true})
 	require.NoError(t, err)
 	e.clock.Set(epoch.Add(2*time.Minute + 30*time.Second))
-	_, err = e.store.MarkFailed(ctx, "w", outbox.Failure{ID: rows["c"].ID, Err: errors.New("down"), RetryAt: epoch.Add(time.Hour)})
+	_, err = e.store.MarkFailed(ctx, "w", outbox.Failure{ID: rows["c"].ID, Err: errors.New("down"), RetryAfter: time.Hour - 150*time.Second})
 	require.NoError(t, err)
 	_, err = e.store.MarkFailed(ctx, "w", outbox.Failure{ID: rows["e"].ID, Err: errors.New("poison"), Dead: true})
 	require.NoError(t, err)

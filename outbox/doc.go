@@ -32,7 +32,10 @@
 // # Limits
 //
 // Payloads must be valid JSON of at most [Config].MaxPayloadBytes (1 MiB by
-// default). Topics, tenants and aggregate fields are validated before anything
-// is written; a bad one gets an error wrapping [ErrInvalidEvent],
-// [ErrPayloadTooLarge] or tenant.ErrInvalid, and nothing is written.
+// default), and metadata, which travels as AMQP headers in one frame, at
+// most [Config].MaxMetadataBytes (16 KiB by default, counted as the headers
+// encode it). Topics, tenants and aggregate fields are validated before
+// anything is written; a bad one gets an error wrapping [ErrInvalidEvent],
+// [ErrPayloadTooLarge], [ErrMetadataTooLarge] or tenant.ErrInvalid, and
+// nothing is written.
 package outbox

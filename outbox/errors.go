@@ -15,15 +15,31 @@ var (
 	// ErrPayloadTooLarge is returned (wrapped in a *ValidationError) for a
 	// payload larger than Config.MaxPayloadBytes.
 	ErrPayloadTooLarge = errors.New("outbox: payload too large")
+	// ErrMetadataTooLarge is returned (wrapped in a *ValidationError) for
+	// metadata larger than Config.MaxMetadataBytes.
+	ErrMetadataTooLarge = errors.New("outbox: metadata too large")
 	// ErrDuplicateKey is returned when a dedup key is already used by another
 	// event of the same tenant. Nothing is written for that event.
 	ErrDuplicateKey = errors.New("outbox: duplicate dedup key")
+	// ErrDuplicateVersion is returned when an event of the same tenant,
+	// aggregate type, aggregate id and version was already written: an
+	// aggregate's events are relayed in version order, so a version names
+	// one event. Nothing is written for that event.
+	ErrDuplicateVersion = errors.New("outbox: duplicate aggregate version")
 	// ErrClosed is returned when the database handle has been closed.
 	ErrClosed = errors.New("outbox: database is closed")
 )
 
+// versionConstraint is the unique index (or, on a partitioned table, the
+// trigger's constraint name) that makes an aggregate version unique.
+const versionConstraint = "outbox_events_aggregate_version"
+
+// versionColumns are the columns SQLite names when that index is violated.
+const versionColumns = "outbox_events.tenant_id, outbox_events.aggregate_type, outbox_events.aggregate_id, outbox_events.aggregate_version"
+
 // ValidationError says which field of which event is invalid. It unwraps to
-// [ErrInvalidEvent], [ErrPayloadTooLarge] or tenant.ErrInvalid.
+// [ErrInvalidEvent], [ErrPayloadTooLarge], [ErrMetadataTooLarge] or
+// tenant.ErrInvalid.
 type ValidationError struct {
 	// EventID and Topic identify the event, when known.
 	EventID string

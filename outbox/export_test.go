@@ -1,6 +1,20 @@
 package outbox
 
-import "github.com/bentoevents/bento/internal/dialect"
+import (
+	"math"
+	"time"
+
+	"github.com/bentoevents/bento/internal/dialect"
+)
 
 // PostgresClaimSQL exposes the PostgreSQL claim statement to tests.
 func PostgresClaimSQL() string { return claimSQL(dialect.Postgres, false) }
+
+// PostgresClaimArgs are arguments for PostgresClaimSQL: worker "w", limit,
+// a one-minute lease from now and no byte budget.
+func PostgresClaimArgs(now time.Time, limit int) map[string]any {
+	return map[string]any{
+		"now": now, "until": now.Add(time.Minute), "worker": "w", "limit": limit, "scan": limit, "tenant": "",
+		"max_bytes": int64(math.MaxInt64), "first_free": true,
+	}
+}

@@ -25,6 +25,13 @@ const (
 // Statuses lists every status in state-machine order.
 var Statuses = []Status{StatusNew, StatusPublishing, StatusSent, StatusFailed, StatusDead}
 
+// UnsentStatuses lists, in state-machine order, the statuses that
+// [Store.Stats] and [Store.Breakdown] count: every status but sent. Sent
+// rows pile up with traffic until retention removes them, so monitoring
+// leaves them out and its cost follows the backlog, not the history;
+// [Store.CountSent] counts them when an operator asks.
+var UnsentStatuses = []Status{StatusNew, StatusPublishing, StatusFailed, StatusDead}
+
 // Pending reports whether a row in status s still has to be relayed: new,
 // publishing or failed.
 func (s Status) Pending() bool {
@@ -69,11 +76,40 @@ type Message struct {
 	// expired; nil for a row that never failed.
 	FailedAt *time.Time
 	DedupKey *string
+	// Held is true while the row waits behind an earlier unsent or dead
+	// event of its aggregate; a claim sets it on first sight and the
+	// settling of that earlier event clears it. Held rows stay out of the
+	// index claims walk.
+	Held bool
+	// SizeBytes is the payload's and metadata's size as written, what the
+	// projector's batch byte budget counts.
+	SizeBytes int
 
 	// prepared is set by Store.Prepare, so Insert does not fill in and
 	// validate the same messages twice (a unit of work prepares before its
 	// first write, then inserts). GORM ignores unexported fields.
 	prepared bool
+}
+
+// size is the byte count stored in size_bytes: the payload and the
+// metadata's keys and values.
+func (m *Message) size() int {
+	n := len(m.Payload)
+	for k, v := range m.Metadata {
+		n += len(k) + len(v)
+	}
+	return n
+}
+
+// headerBytes is the size of m as an AMQP field table: per entry a one-byte
+// name length, the name, a type byte, a four-byte value length and the
+// value.
+func (m Metadata) headerBytes() int {
+	n := 0
+	for k, v := range m {
+		n += len(k) + len(v) + 6
+	}
+	return n
 }
 
 // TableName tells GORM the table.

@@ -36,10 +36,15 @@ func requireMigrated(t *testing.T, db *gorm.DB) {
 	if db.Dialector.Name() == "postgres" { // SQLite has no NOTIFY to spare
 		want = append(want, migrationRow{Component: "outbox", Version: 4, Name: "idle_relays"})
 	}
+	want = append(want,
+		migrationRow{Component: "outbox", Version: 5, Name: "head_of_line"},
+		migrationRow{Component: "outbox", Version: 6, Name: "unique_aggregate_versions"},
+		migrationRow{Component: "outbox", Version: 7, Name: "unsent_index"})
 	require.Equal(t, want, rows)
 	m := db.Migrator()
 	require.True(t, m.HasTable(&outbox.Message{}), "outbox_events table")
-	assert.True(t, m.HasIndex(&outbox.Message{}, "outbox_events_ready"), "outbox_events_ready index")
+	assert.True(t, m.HasIndex(&outbox.Message{}, "outbox_events_due"), "outbox_events_due index")
+	assert.False(t, m.HasIndex(&outbox.Message{}, "outbox_events_ready"), "the older claim index is dropped")
 	assert.True(t, m.HasIndex(&outbox.Message{}, "outbox_events_dedup"), "outbox_events_dedup index")
 }
 
@@ -109,8 +114,10 @@ func TestMigrations(t *testing.T) {
 		})
 	}
 	for dir, want := range map[string][]string{
-		"postgres": {"001_outbox_events.sql", "002_relay_indexes.sql", "003_failed_at.sql", "004_idle_relays.sql"},
-		"sqlite":   {"001_outbox_events.sql", "002_relay_indexes.sql", "003_failed_at.sql"},
+		"postgres": {"001_outbox_events.sql", "002_relay_indexes.sql", "003_failed_at.sql", "004_idle_relays.sql",
+			"005_head_of_line.sql", "006_unique_aggregate_versions.sql", "007_unsent_index.sql"},
+		"sqlite": {"001_outbox_events.sql", "002_relay_indexes.sql", "003_failed_at.sql",
+			"005_head_of_line.sql", "006_unique_aggregate_versions.sql", "007_unsent_index.sql"},
 	} {
 		entries, err := fs.ReadDir(fsys, dir)
 		require.NoError(t, err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 
 	"github.com/bentoevents/bento/internal/dialect"
 )
@@ -28,14 +29,16 @@ type Group struct {
 	Oldest time.Time
 }
 
-// Breakdown counts the rows by tenant, topic and status, ordered by tenant,
-// topic and the state-machine order of Statuses. opts.Tenant narrows it to
-// one tenant. It reads the whole table (one GROUP BY): fine for operators,
-// not for a hot path.
+// Breakdown counts the rows that are not sent by tenant, topic and status,
+// with the created_at of the oldest of each, ordered by tenant, topic and
+// the state-machine order of UnsentStatuses. opts.Tenant narrows it to one
+// tenant. It is one statement, so one snapshot, and it reads only the index
+// of rows that are not sent: its cost follows the backlog and the dead rows,
+// never the number of sent rows.
 func (s *Store) Breakdown(ctx context.Context, opts *StatsOpts) ([]Group, error) {
-	q := s.db.WithContext(ctx).Model(&Message{})
-	if opts != nil && opts.Tenant != "" {
-		q = q.Where("tenant_id = ?", opts.Tenant)
+	tenant := ""
+	if opts != nil {
+		tenant = opts.Tenant
 	}
 	var rows []struct {
 		TenantID string
@@ -44,14 +47,11 @@ func (s *Store) Breakdown(ctx context.Context, opts *StatsOpts) ([]Group, error)
 		N        int64
 		Oldest   string
 	}
-	// min(created_at) comes back as text on SQLite, so it is scanned as a
-	// string and parsed below.
-	oldest := "min(created_at)"
-	if s.dialect == dialect.Postgres {
-		oldest = "to_char(min(created_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+	var args []any
+	if tenant != "" {
+		args = append(args, map[string]any{"tenant": tenant})
 	}
-	err := q.Select("tenant_id, topic, status, count(*) AS n, " + oldest + " AS oldest").
-		Group("tenant_id, topic, status").Scan(&rows).Error
+	err := s.db.WithContext(ctx).Raw(breakdownSQL(s.dialect, tenant != ""), args...).Scan(&rows).Error
 	if err != nil {
 		return nil, wrapDB("outbox: breakdown", err)
 	}
@@ -74,6 +74,23 @@ func (s *Store) Breakdown(ctx context.Context, opts *StatsOpts) ([]Group, error)
 		return rank(a.Status) < rank(b.Status)
 	})
 	return out, nil
+}
+
+// breakdownSQL is Breakdown's statement. Its status filter is the predicate
+// of the outbox_events_unsent index word for word, so that the planner may
+// read that index alone. min(created_at) comes back as text on SQLite, so
+// it is read as text on both and parsed.
+func breakdownSQL(d dialect.Dialect, byTenant bool) string {
+	oldest := "min(created_at)"
+	if d == dialect.Postgres {
+		oldest = `to_char(min(created_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`
+	}
+	where := "status IN ('new', 'publishing', 'failed', 'dead')"
+	if byTenant {
+		where += " AND tenant_id = @tenant"
+	}
+	return "SELECT tenant_id, topic, status, count(*) AS n, " + oldest + " AS oldest FROM outbox_events WHERE " +
+		where + " GROUP BY tenant_id, topic, status"
 }
 
 // rank orders statuses as Statuses lists them, unknown ones last.
@@ -177,11 +194,25 @@ func (s *Store) Discard(ctx context.Context, f Filter, all bool) (int64, error) 
 	if f.empty() && !all {
 		return 0, ErrNoFilter
 	}
-	res := f.apply(s.db.WithContext(ctx).Where("status = ?", StatusDead)).Delete(&Message{})
-	if res.Error != nil {
-		return 0, wrapDB("outbox: discard", res.Error)
+	// The deleted rows' aggregates come back (RETURNING), so the next held
+	// event of each is released in the same transaction.
+	var gone []Message
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		q := f.apply(tx.Clauses(clause.Returning{Columns: []clause.Column{
+			{Name: "tenant_id"}, {Name: "aggregate_type"}, {Name: "aggregate_id"}}}).Where("status = ?", StatusDead))
+		if err := q.Delete(&gone).Error; err != nil {
+			return err
+		}
+		keys := make([][3]string, len(gone))
+		for i, m := range gone {
+			keys[i] = [3]string{m.TenantID, m.AggregateType, m.AggregateID}
+		}
+		return promote(tx, keys)
+	})
+	if err != nil {
+		return 0, wrapDB("outbox: discard", err)
 	}
-	return res.RowsAffected, nil
+	return int64(len(gone)), nil
 }
 
 // CountSent counts the sent rows published more than olderThan ago: what
@@ -192,7 +223,7 @@ func (s *Store) CountSent(ctx context.Context, olderThan time.Duration, tenant s
 		return 0, fmt.Errorf("outbox: count sent: %w: negative age %v", ErrInvalidArgument, olderThan)
 	}
 	q := s.db.WithContext(ctx).Model(&Message{}).
-		Where("status = ? AND published_at < ?", StatusSent, s.cfg.Stamper.Now().UTC().Add(-olderThan))
+		Where("status = ? AND published_at < ?", StatusSent, s.clock.in(-olderThan))
 	if tenant != "" {
 		q = q.Where("tenant_id = ?", tenant)
 	}

@@ -118,26 +118,30 @@ var table = partition.Table{
 	Name:  "outbox_events",
 	Bound: func(t time.Time) string { return "'" + t.UTC().Format("2006-01-02 15:04:05") + "+00'" },
 	Pending: func(p string) string {
-		// Two EXISTS so each reads a partial index.
-		return `SELECT EXISTS (SELECT 1 FROM ` + p + ` WHERE status IN ('new', 'publishing', 'failed'))
+		// One EXISTS per partial index.
+		return `SELECT EXISTS (SELECT 1 FROM ` + p + ` WHERE status IN ('new', 'publishing', 'failed') AND NOT held)
+		    OR EXISTS (SELECT 1 FROM ` + p + ` WHERE held)
 		    OR EXISTS (SELECT 1 FROM ` + p + ` WHERE status = 'dead')`
 	},
 	Seal:      "status = 'sent'",
-	AfterDrop: freeDedupKeys,
+	AfterDrop: freeKeys,
 }
 
-// freeDedupKeys deletes, in short batches, the dedup keys of events created
-// before end whose rows are gone.
-func freeDedupKeys(ctx context.Context, db *gorm.DB, end time.Time) error {
-	for {
-		res := db.WithContext(ctx).Exec(freeDedupKeysSQL, map[string]any{"end": end, "limit": 1000})
-		if res.Error != nil {
-			return res.Error
-		}
-		if res.RowsAffected < 1000 {
-			return nil
+// freeKeys deletes, in short batches, the dedup keys and aggregate
+// versions reserved for events created before end whose rows are gone.
+func freeKeys(ctx context.Context, db *gorm.DB, end time.Time) error {
+	for _, query := range []string{freeDedupKeysSQL, freeVersionsSQL} {
+		for {
+			res := db.WithContext(ctx).Exec(query, map[string]any{"end": end, "limit": 1000})
+			if res.Error != nil {
+				return res.Error
+			}
+			if res.RowsAffected < 1000 {
+				break
+			}
 		}
 	}
+	return nil
 }
 
 func clock(now func() time.Time) time.Time {

@@ -216,9 +216,7 @@ func TestPartitionedClaimPrunesSealedPartitions(t *testing.T) {
 
 	require.NoError(t, e.db.Exec("ANALYZE outbox_events").Error)
 	var lines []string
-	require.NoError(t, e.db.Raw("EXPLAIN "+outbox.PostgresClaimSQL(), map[string]any{
-		"now": now, "until": now.Add(time.Minute), "worker": "w", "limit": 100, "tenant": "",
-	}).Scan(&lines).Error)
+	require.NoError(t, e.db.Raw("EXPLAIN "+outbox.PostgresClaimSQL(), outbox.PostgresClaimArgs(now, 100)).Scan(&lines).Error)
 	plan := strings.Join(lines, "\n")
 	t.Logf("claim plan with Nov 1-3 sealed:\n%s", plan)
 	for _, sealed := range res.Sealed {
@@ -244,11 +242,16 @@ func TestPartitionedDedupKeySpansPartitions(t *testing.T) {
 	t.Parallel()
 	e := partitionedEnv(t)
 	ctx := context.Background()
-	first := e.addAt(t, day(0, time.Hour), outbox.StatusSent, &outbox.AddOpts{DedupKey: "k1"})
+	first := e.addAt(t, day(0, time.Hour), outbox.StatusSent, &outbox.AddOpts{DedupKey: "k1",
+		AggregateType: "order", AggregateID: "o-1", AggregateVersion: 1})
 
 	e.stamper.Set(day(5, time.Hour))
 	tx := begin(t, e.db)
-	_, err := e.store.Add(ctx, tx, "order.paid", orderPaid{OrderID: "again"}, &outbox.AddOpts{DedupKey: "k1"})
+	_, err := e.store.Add(ctx, tx, "order.paid", orderPaid{}, &outbox.AddOpts{AggregateType: "order", AggregateID: "o-1", AggregateVersion: 1})
+	require.ErrorIs(t, err, outbox.ErrDuplicateVersion, "a version taken in another partition")
+	tx.Rollback()
+	tx = begin(t, e.db)
+	_, err = e.store.Add(ctx, tx, "order.paid", orderPaid{OrderID: "again"}, &outbox.AddOpts{DedupKey: "k1"})
 	require.ErrorIs(t, err, outbox.ErrDuplicateKey, "a key taken in another partition")
 	tx.Rollback()
 	other := e.addAt(t, day(5, time.Hour), outbox.StatusNew, &outbox.AddOpts{DedupKey: "k1", Tenant: "acme"})
@@ -262,6 +265,8 @@ func TestPartitionedDedupKeySpansPartitions(t *testing.T) {
 	var keys int64
 	require.NoError(t, e.db.Raw("SELECT count(*) FROM outbox_dedup_keys").Scan(&keys).Error)
 	assert.Equal(t, int64(2), keys, "default k1 (new) and acme k1")
+	require.NoError(t, e.db.Raw("SELECT count(*) FROM outbox_aggregate_versions").Scan(&keys).Error)
+	assert.Equal(t, int64(0), keys, "the dropped event's version is free again")
 }
 
 func TestMaintainYieldsOnLockTimeout(t *testing.T) {

@@ -5,11 +5,14 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"time"
 	"unicode/utf8"
 
 	"gorm.io/gorm"
+
+	"github.com/bentoevents/bento/internal/dialect"
 )
 
 // ErrInvalidClaim is returned for a claim or outcome with a missing worker,
@@ -23,75 +26,147 @@ type ClaimOpts struct {
 	Worker string
 	// Limit is the most rows claimed.
 	Limit int
-	// Lease is how long the rows stay reserved for Worker. A row whose lease
-	// ran out (its worker crashed or stalled) can be claimed again; the
-	// takeover counts as a failed attempt.
+	// Lease is how long the rows stay reserved for Worker, by the
+	// database's clock. A row whose lease ran out (its worker crashed or
+	// stalled) can be claimed again; the takeover counts as a failed
+	// attempt.
 	Lease time.Duration
 	// Tenant, when set, restricts the claim to one tenant's rows.
 	Tenant string
+	// MaxBytes, when positive, bounds the payload and metadata bytes of the
+	// rows claimed together (their SizeBytes); the first row is claimed
+	// whatever its size, so a large event goes out alone. Zero means no
+	// bound.
+	MaxBytes int64
 }
 
 // Claim leases up to opts.Limit rows that are due — new, failed and due for
-// retry, or publishing under an expired lease — in one short statement, and
-// returns them ordered by id. On PostgreSQL concurrent claimers skip each
-// other's rows (FOR UPDATE SKIP LOCKED); on SQLite writers are serialised.
+// retry, or publishing under an expired lease — by the database's clock, in
+// one short statement, and returns them ordered by id. On PostgreSQL
+// concurrent claimers skip each other's rows (FOR UPDATE SKIP LOCKED); on
+// SQLite writers are serialised.
 //
 // Per-aggregate order: a row is only claimable while no earlier event (lower
 // aggregate_version) of the same aggregate is new, publishing, failed or
 // dead, so at most one event per aggregate is in flight at a time across all
 // workers, and a dead event holds back the later events of its own aggregate
-// (and only those) until it is requeued. Rows without an aggregate are not
-// ordered.
+// (and only those) until it is requeued or discarded. Rows without an
+// aggregate are not ordered.
+//
+// A row found waiting behind an earlier event is marked held and leaves the
+// index claims walk, so its cost is paid once: however many events pile up
+// behind a dead, retried or busy event, a claim reads only rows it can take.
+// Settling the earlier event (MarkSent, DeleteSent, Discard) releases the
+// next held row of its aggregate. When a claim finds nothing but rows to
+// hold, or fewer than opts.Limit rows besides those it held, it looks
+// again at once, so a pile-up never makes a claim come back short while
+// other rows are due.
 //
 // Errors: ErrInvalidClaim, ErrClosed, or the database error.
 func (s *Store) Claim(ctx context.Context, opts ClaimOpts) ([]*Message, error) {
-	if opts.Worker == "" || opts.Limit < 1 || opts.Lease <= 0 {
-		return nil, fmt.Errorf("%w: worker %q, limit %d, lease %v", ErrInvalidClaim, opts.Worker, opts.Limit, opts.Lease)
+	if opts.Worker == "" || opts.Limit < 1 || opts.Lease <= 0 || opts.MaxBytes < 0 {
+		return nil, fmt.Errorf("%w: worker %q, limit %d, lease %v, max bytes %d",
+			ErrInvalidClaim, opts.Worker, opts.Limit, opts.Lease, opts.MaxBytes)
 	}
-	now := s.cfg.Stamper.Now().UTC()
+	maxBytes := opts.MaxBytes
+	if maxBytes == 0 {
+		maxBytes = math.MaxInt64
+	}
 	args := map[string]any{
-		"now":    now,
-		"until":  now.Add(opts.Lease),
-		"worker": opts.Worker,
-		"limit":  opts.Limit,
-		"tenant": opts.Tenant,
+		"now":        s.clock.now(),
+		"until":      s.clock.in(opts.Lease),
+		"worker":     opts.Worker,
+		"tenant":     opts.Tenant,
+		"limit":      opts.Limit,
+		"scan":       opts.Limit,
+		"max_bytes":  maxBytes,
+		"first_free": true,
 	}
-	rows, err := s.db.WithContext(ctx).Raw(claimSQL(s.dialect, opts.Tenant != ""), args).Rows()
-	if err != nil {
-		return nil, wrapDB("outbox: claim", err)
-	}
-	defer rows.Close()
+	// Rows held back do not count against the limit: claim again for the
+	// rest while the last round held some back.
 	var out []*Message
-	for rows.Next() {
-		m, err := scanMessage(rows)
+	for {
+		got, held, err := s.claimOnce(ctx, args, opts.Tenant != "")
 		if err != nil {
 			return nil, wrapDB("outbox: claim", err)
 		}
-		out = append(out, m)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, wrapDB("outbox: claim", err)
+		out = append(out, got...)
+		for _, m := range got {
+			maxBytes -= int64(m.SizeBytes)
+		}
+		if held == 0 || len(out) >= opts.Limit || maxBytes <= 0 {
+			break
+		}
+		args["limit"] = opts.Limit - len(out)
+		// In a pile-up, look further ahead each round, so rows piled up
+		// behind a few events cost rounds of growing size, not one each.
+		args["scan"] = min(max(2*args["scan"].(int), args["limit"].(int)), maxScan)
+		args["max_bytes"] = maxBytes
+		args["first_free"] = len(out) == 0
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
 }
 
-// scanMessage reads one row of returningColumns. It replaces GORM's
-// reflection-driven Scan on the relay's hot path, where that was most of
-// a claim's CPU in the relay process.
-func scanMessage(rows *sql.Rows) (*Message, error) {
-	m := &Message{}
-	var status string
-	err := rows.Scan(&m.ID, &m.TenantID, &m.Topic, &m.AggregateType, &m.AggregateID, &m.AggregateVersion,
-		&m.SchemaVersion, &m.Payload, &m.Metadata, &m.OccurredAt, &m.CreatedAt, &status,
-		&m.Attempts, &m.AvailableAt, &m.LockedBy, &m.LockedUntil, &m.LastError, &m.PublishedAt,
-		&m.FailedAt, &m.DedupKey)
-	m.Status = Status(status)
-	return m, err
+// maxScan bounds how many due rows one round of a claim looks at.
+const maxScan = 5000
+
+// claimOnce runs the claim statement(s) once and returns the rows claimed
+// and how many rows it held back.
+func (s *Store) claimOnce(ctx context.Context, args map[string]any, byTenant bool) ([]*Message, int64, error) {
+	var held int64
+	// SQLite holds back in statements of their own, each looking at the
+	// first @limit due rows, until the front is free of rows to hold.
+	for s.dialect == dialect.SQLite {
+		res := s.db.WithContext(ctx).Exec(holdSQL(byTenant), args)
+		if res.Error != nil {
+			return nil, 0, res.Error
+		}
+		if res.RowsAffected == 0 {
+			break
+		}
+		held += res.RowsAffected
+	}
+	rows, err := s.db.WithContext(ctx).Raw(claimSQL(s.dialect, byTenant), args).Rows()
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rows.Close()
+	var out []*Message
+	for rows.Next() {
+		m, wasHeld, err := scanClaimed(rows)
+		if err != nil {
+			return nil, 0, err
+		}
+		if wasHeld {
+			held++
+			continue
+		}
+		out = append(out, m)
+	}
+	return out, held, rows.Err()
 }
 
-// MarkSent records that the broker confirmed the rows with ids, in one
-// statement. It returns how many rows were marked; rows whose lease was
+// scanClaimed reads one row of a claim: the held-back flag, then
+// returningColumns. It replaces GORM's reflection-driven Scan on the
+// relay's hot path, where that was most of a claim's CPU in the relay
+// process.
+func scanClaimed(rows *sql.Rows) (*Message, bool, error) {
+	m := &Message{}
+	var status string
+	var held bool
+	err := rows.Scan(&held, &m.ID, &m.TenantID, &m.Topic, &m.AggregateType, &m.AggregateID, &m.AggregateVersion,
+		&m.SchemaVersion, &m.Payload, &m.Metadata, &m.OccurredAt, &m.CreatedAt, &status,
+		&m.Attempts, &m.AvailableAt, &m.LockedBy, &m.LockedUntil, &m.LastError, &m.PublishedAt,
+		&m.FailedAt, &m.DedupKey, &m.SizeBytes)
+	m.Status = Status(status)
+	m.Held = held
+	return m, held, err
+}
+
+// MarkSent records that the broker confirmed the rows with ids, and
+// releases the next held row of each of their aggregates, in one
+// transaction. It returns how many rows were marked; rows whose lease was
 // taken over by another worker are left alone (the new owner records them).
 func (s *Store) MarkSent(ctx context.Context, worker string, ids []string) (int64, error) {
 	return s.settle(ctx, "mark sent", markSentSQL, worker, ids)
@@ -107,9 +182,22 @@ func (s *Store) DeleteSent(ctx context.Context, worker string, ids []string) (in
 // (for example on shutdown): they become claimable at once, with their
 // attempts unchanged.
 func (s *Store) Release(ctx context.Context, worker string, ids []string) (int64, error) {
-	return s.settle(ctx, "release", releaseSQL, worker, ids)
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	if worker == "" {
+		return 0, fmt.Errorf("outbox: release: %w: empty worker", ErrInvalidClaim)
+	}
+	res := s.db.WithContext(ctx).Exec(releaseSQL, map[string]any{"now": s.clock.now(), "worker": worker, "ids": ids})
+	if res.Error != nil {
+		return 0, wrapDB("outbox: release", res.Error)
+	}
+	return res.RowsAffected, nil
 }
 
+// settle runs query, a statement that moves worker's rows ids out of the
+// unsent states and returns their aggregates, and promotes the next held
+// row of those aggregates in the same transaction.
 func (s *Store) settle(ctx context.Context, op, query, worker string, ids []string) (int64, error) {
 	if len(ids) == 0 {
 		return 0, nil
@@ -117,13 +205,65 @@ func (s *Store) settle(ctx context.Context, op, query, worker string, ids []stri
 	if worker == "" {
 		return 0, fmt.Errorf("outbox: %s: %w: empty worker", op, ErrInvalidClaim)
 	}
-	res := s.db.WithContext(ctx).Exec(query, map[string]any{
-		"now": s.cfg.Stamper.Now().UTC(), "worker": worker, "ids": ids,
+	var n int64
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var err error
+		n, err = s.leave(tx, query, map[string]any{"now": s.clock.now(), "worker": worker, "ids": ids})
+		return err
 	})
-	if res.Error != nil {
-		return 0, wrapDB("outbox: "+op, res.Error)
+	if err != nil {
+		return 0, wrapDB("outbox: "+op, err)
 	}
-	return res.RowsAffected, nil
+	return n, nil
+}
+
+// leave runs query within tx — a statement that moves rows out of the
+// unsent states (sent, deleted) and returns the aggregate of each — then
+// promotes the aggregates' next held rows, and returns how many rows query
+// changed.
+func (s *Store) leave(tx *gorm.DB, query string, args map[string]any) (int64, error) {
+	rows, err := tx.Raw(query, args).Rows()
+	if err != nil {
+		return 0, err
+	}
+	var keys [][3]string
+	for rows.Next() {
+		var k [3]string
+		if err := rows.Scan(&k[0], &k[1], &k[2]); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		keys = append(keys, k)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	return int64(len(keys)), promote(tx, keys)
+}
+
+// promote releases the first held row of each aggregate in keys (tenant,
+// type, id; rows without an aggregate are skipped). It must run in the
+// transaction that moved those aggregates' events out of the unsent states,
+// after that change: see pgClaimSQL for why that keeps a held row from
+// being forgotten.
+func promote(tx *gorm.DB, keys [][3]string) error {
+	seen := map[[3]string]bool{}
+	var aggs [][]any
+	for _, k := range keys {
+		if k[2] != "" && !seen[k] {
+			seen[k] = true
+			aggs = append(aggs, []any{k[0], k[1], k[2]})
+		}
+	}
+	// Bind parameters are limited (65,535 on PostgreSQL): promote in chunks.
+	for start := 0; start < len(aggs); start += 1000 {
+		chunk := aggs[start:min(start+1000, len(aggs))]
+		if err := tx.Exec(promoteSQL, map[string]any{"aggs": chunk}).Error; err != nil {
+			return fmt.Errorf("release held events: %w", err)
+		}
+	}
+	return nil
 }
 
 // Failure is the outcome of a failed publish of one claimed row.
@@ -132,14 +272,16 @@ type Failure struct {
 	ID string
 	// Err is what went wrong; it is stored truncated to MaxLastErrorLen.
 	Err error
-	// RetryAt is when the row becomes claimable again.
-	RetryAt time.Time
+	// RetryAfter is how long after now, by the database's clock, the row
+	// becomes claimable again. Zero or negative means at once.
+	RetryAfter time.Duration
 	// Dead gives up on the row: it ends in status dead with its last error.
 	Dead bool
 }
 
 // MarkFailed records a failed attempt: attempts+1, last_error, and status
-// failed (claimable again at RetryAt) or dead. It reports whether the row
+// failed (claimable again RetryAfter from now, by the database's clock) or
+// dead. It reports whether the row
 // was still leased to worker.
 func (s *Store) MarkFailed(ctx context.Context, worker string, f Failure) (bool, error) {
 	if worker == "" || f.ID == "" {
@@ -154,8 +296,8 @@ func (s *Store) MarkFailed(ctx context.Context, worker string, f Failure) (bool,
 		msg = f.Err.Error()
 	}
 	res := s.db.WithContext(ctx).Exec(markFailedSQL, map[string]any{
-		"status": status, "retry_at": f.RetryAt.UTC(), "error": TruncateError(msg),
-		"id": f.ID, "worker": worker, "now": s.cfg.Stamper.Now().UTC(),
+		"status": status, "retry_at": s.clock.in(max(f.RetryAfter, 0)), "error": TruncateError(msg),
+		"id": f.ID, "worker": worker, "now": s.clock.now(),
 	})
 	if res.Error != nil {
 		return false, wrapDB("outbox: mark failed", res.Error)
@@ -234,7 +376,7 @@ func (s *Store) Requeue(ctx context.Context, f Filter, all bool) (int64, error) 
 	}
 	q := f.apply(s.db.WithContext(ctx).Model(&Message{}).Where("status = ?", StatusDead))
 	res := q.Updates(map[string]any{
-		"status": StatusNew, "attempts": 0, "available_at": s.cfg.Stamper.Now().UTC(),
+		"status": StatusNew, "attempts": 0, "available_at": s.clock.now(),
 		"locked_by": nil, "locked_until": nil,
 	})
 	if res.Error != nil {
@@ -274,7 +416,7 @@ func (s *Store) PurgeSent(ctx context.Context, olderThan time.Duration, opts *Pu
 	}
 	query += purgeSentTail
 	args := map[string]any{
-		"before": s.cfg.Stamper.Now().UTC().Add(-olderThan), "limit": batch, "tenant": opts.Tenant,
+		"before": s.clock.in(-olderThan), "limit": batch, "tenant": opts.Tenant,
 	}
 	var total int64
 	for {

@@ -99,7 +99,7 @@ func TestClaimKeepsAggregateOrder(t *testing.T) {
 
 		got = e.claim(t, "w", 10)
 		assert.Equal(t, []string{x2.ID}, ids(got))
-		ok, err := e.store.MarkFailed(ctx, "w", outbox.Failure{ID: x2.ID, Err: errors.New("broker down"), RetryAt: epoch.Add(time.Minute)})
+		ok, err := e.store.MarkFailed(ctx, "w", outbox.Failure{ID: x2.ID, Err: errors.New("broker down"), RetryAfter: time.Minute})
 		require.NoError(t, err)
 		assert.True(t, ok)
 		assert.Empty(t, e.claim(t, "w", 10), "x3 waits behind the failed x2")
@@ -188,7 +188,7 @@ func TestReleaseDeleteAndTenantFilter(t *testing.T) {
 		assert.Equal(t, int64(1), countRows(t, db, ""))
 
 		// Release of a row that had failed before keeps it failed.
-		ok, err := e.store.MarkFailed(ctx, "w", outbox.Failure{ID: b.ID, Err: errors.New("x"), RetryAt: epoch})
+		ok, err := e.store.MarkFailed(ctx, "w", outbox.Failure{ID: b.ID, Err: errors.New("x")})
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.Len(t, e.claim(t, "w", 10), 1)
@@ -205,7 +205,7 @@ func TestMarkFailedTruncatesError(t *testing.T) {
 		m := e.add(context.Background(), t, "order.paid", orderPaid{}, nil)
 		require.Len(t, e.claim(t, "w", 1), 1)
 		long := strings.Repeat("é", 5000)
-		ok, err := e.store.MarkFailed(context.Background(), "w", outbox.Failure{ID: m.ID, Err: errors.New(long), RetryAt: epoch})
+		ok, err := e.store.MarkFailed(context.Background(), "w", outbox.Failure{ID: m.ID, Err: errors.New(long)})
 		require.NoError(t, err)
 		require.True(t, ok)
 		got, err := e.store.Get(context.Background(), m.ID)
@@ -333,4 +333,37 @@ func TestConcurrentClaimersNeverShareARow(t *testing.T) {
 	wg.Wait()
 	assert.Len(t, claimed, 600)
 	assert.Equal(t, int64(600), countRows(t, db, "status = 'sent'"))
+}
+
+// TestClaimByteBudget checks that a claim stops before the row that would
+// pass its byte budget, and that a row larger than the budget goes alone.
+func TestClaimByteBudget(t *testing.T) {
+	t.Parallel()
+	testenv.ForEachBackend(t, func(t *testing.T, _ testenv.Backend, db *gorm.DB) {
+		e := setup(t, db, nil)
+		ctx := context.Background()
+		big := strings.Repeat("x", 1000)
+		var added []*outbox.Message
+		for range 5 {
+			added = append(added, e.add(ctx, t, "order.paid", map[string]string{"note": big}, nil))
+		}
+		huge := e.add(ctx, t, "order.paid", map[string]string{"note": strings.Repeat("y", 5000)}, nil)
+		size := int64(added[0].SizeBytes)
+		require.Greater(t, size, int64(1000))
+
+		claim := func(budget int64) []*outbox.Message {
+			got, err := e.store.Claim(ctx, outbox.ClaimOpts{Worker: "w", Limit: 10, Lease: lease, MaxBytes: budget})
+			require.NoError(t, err)
+			return got
+		}
+		got := claim(2*size + size/2)
+		assert.Equal(t, ids(added[:2]), ids(got), "two rows fit the budget, the third would pass it")
+		got = claim(3 * size)
+		assert.Equal(t, ids(added[2:5]), ids(got), "a budget met exactly takes the row")
+		got = claim(size)
+		assert.Equal(t, []string{huge.ID}, ids(got), "a row larger than the budget goes alone")
+
+		_, err := e.store.Claim(ctx, outbox.ClaimOpts{Worker: "w", Limit: 1, Lease: lease, MaxBytes: -1})
+		require.ErrorIs(t, err, outbox.ErrInvalidClaim)
+	})
 }

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"gorm.io/gorm"
-
 	"github.com/bentoevents/bento/internal/dialect"
 )
 
@@ -16,12 +14,17 @@ import (
 // projector is idle, which spares busy writers PostgreSQL's notification
 // lock (see migration 004). On SQLite it does nothing.
 //
-// Going idle is a handshake: after the row is committed, SetRelayIdle waits
-// until every writer that may have read the projector as busy has ended its
-// transaction. So when it returns, the caller's next claim sees every event
-// committed without a notification, and any event committed later notifies.
-// A projector calls it with idle true before its first claim and before it
-// sleeps after having been busy, and with idle false after a full batch.
+// It only commits the worker's row; it never waits for writers. Once it
+// returns with idle true, every outbox insert whose trigger runs later (in
+// a READ COMMITTED transaction) notifies on commit. Inserts whose trigger
+// ran earlier, in transactions still open, may have read the projector as
+// busy and so may not notify: to see their events without a notification,
+// the caller claims again once [Store.WritersOpen] has reported false. A
+// projector calls SetRelayIdle with idle true before its first claim and
+// before it sleeps after having been busy, and with idle false after a full
+// batch.
+//
+// Errors: ErrInvalidClaim for an empty worker, or the database's error.
 func (s *Store) SetRelayIdle(ctx context.Context, worker string, idle bool) error {
 	if s.dialect != dialect.Postgres {
 		return nil
@@ -35,20 +38,40 @@ ON CONFLICT (worker_id) DO UPDATE SET idle = EXCLUDED.idle, changed_at = EXCLUDE
 	if err != nil {
 		return wrapDB("outbox: set relay idle", err)
 	}
-	if !idle {
-		return nil
-	}
-	// The trigger holds this key shared from before it reads the relays
-	// until its transaction ends; taking it exclusively waits them out.
-	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		return tx.Exec(`SELECT pg_advisory_xact_lock(hashtext(n.nspname || '.bento_outbox_relays'))
-FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE c.oid = 'outbox_events'::regclass`).Error
-	})
-	if err != nil {
-		return wrapDB("outbox: wait for writers", err)
-	}
 	return nil
+}
+
+// writersOpenSQL tries the key the outbox trigger holds shared from before
+// it reads bento_outbox_relays until its transaction ends. Run on its own,
+// the statement is its own transaction, so a key it gets is released as it
+// returns; it never waits, so no writer ever queues behind it.
+const writersOpenSQL = `SELECT NOT pg_try_advisory_xact_lock(hashtext(n.nspname || '.bento_outbox_relays'))
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.oid = 'outbox_events'::regclass`
+
+// WritersOpen reports whether some transaction that inserted outbox rows
+// (of the store's schema) is still open. It does not wait, and it never
+// makes a writer wait more than the one statement it runs. On SQLite it
+// reports false.
+//
+// It is the second half of going idle (see [Store.SetRelayIdle]): a false
+// answer after SetRelayIdle(ctx, worker, true) returned proves that every
+// writer that may have read the projector as busy has ended, so a claim
+// made after it sees all their committed events; later writers notify. A
+// true answer may also come from another projector's WritersOpen running at
+// the same instant; ask again later, as for a writer still open.
+//
+// Run it on a Store over a connection pool, not inside a transaction, where
+// the key it takes would stay held until that transaction ends.
+func (s *Store) WritersOpen(ctx context.Context) (bool, error) {
+	if s.dialect != dialect.Postgres {
+		return false, nil
+	}
+	var open bool
+	if err := s.db.WithContext(ctx).Raw(writersOpenSQL).Scan(&open).Error; err != nil {
+		return false, wrapDB("outbox: writers open", err)
+	}
+	return open, nil
 }
 
 // RemoveRelay deletes the worker's row, when its projector stops. On SQLite

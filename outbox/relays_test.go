@@ -93,38 +93,174 @@ func TestCommitsNotifyOnlyIdleRelays(t *testing.T) {
 	}
 }
 
-// TestGoingIdleWaitsForWritersThatSawItBusy plays the race the handshake
-// closes: a writer reads the projector as busy (so it will not notify),
-// and the projector goes idle before the writer commits. SetRelayIdle must
-// not return before that commit, so the projector's next claim sees the
+// TestWritersOpenUntilWritersThatSawItBusyEnd plays the race the going-idle
+// handshake closes: a writer reads the projector as busy (so it will not
+// notify), and the projector goes idle before the writer commits.
+// SetRelayIdle returns at once; WritersOpen reports the writer until it
+// commits, and the claim made after WritersOpen reports none sees the
 // event.
-func TestGoingIdleWaitsForWritersThatSawItBusy(t *testing.T) {
+func TestWritersOpenUntilWritersThatSawItBusyEnd(t *testing.T) {
 	t.Parallel()
 	db, _ := testenv.Postgres(t)
 	ctx := context.Background()
 	e := setup(t, db, nil)
 	e.stamper.Set(time.Now().UTC())
 	require.NoError(t, e.store.SetRelayIdle(ctx, "p1", false))
+	open, err := e.store.WritersOpen(ctx)
+	require.NoError(t, err)
+	assert.False(t, open, "no writer yet")
 
 	tx := begin(t, db)
 	m, err := e.store.Add(ctx, tx, "order.paid", orderPaid{OrderID: "o"}, nil) // the trigger read "busy"
 	require.NoError(t, err)
 
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	require.NoError(t, e.store.SetRelayIdle(sctx, "p1", true), "going idle does not wait for the writer")
+	for range 3 {
+		open, err = e.store.WritersOpen(sctx)
+		require.NoError(t, err)
+		assert.True(t, open, "the writer that saw the projector busy is open")
+	}
+	assert.Empty(t, e.claim(t, "p1", 10), "the writer has not committed")
+
+	require.NoError(t, tx.Commit().Error)
+	open, err = e.store.WritersOpen(ctx)
+	require.NoError(t, err)
+	assert.False(t, open, "the writer has ended")
+	claimed := e.claim(t, "p1", 10)
+	require.Len(t, claimed, 1, "the claim after WritersOpen said no sees the event that did not notify")
+	assert.Equal(t, m.ID, claimed[0].ID)
+}
+
+// TestWritersOpenOnSQLite: SQLite has no trigger to wait for.
+func TestWritersOpenOnSQLite(t *testing.T) {
+	t.Parallel()
+	e := setup(t, testenv.SQLite(t), nil)
+	e.add(context.Background(), t, "order.paid", orderPaid{OrderID: "o"}, nil)
+	open, err := e.store.WritersOpen(context.Background())
+	require.NoError(t, err)
+	assert.False(t, open)
+}
+
+// waitingForRelaysKey reports whether some session waits for the advisory
+// key the outbox trigger takes in db's schema.
+func waitingForRelaysKey(t *testing.T, db *gorm.DB) bool {
+	t.Helper()
+	var n int64
+	require.NoError(t, db.Raw(`SELECT count(*) FROM pg_locks
+WHERE locktype = 'advisory' AND NOT granted AND objsubid = 1
+  AND objid::bigint = (hashtext(current_schema() || '.bento_outbox_relays')::bigint & 4294967295)`).
+		Scan(&n).Error)
+	return n > 0
+}
+
+// TestGoingIdleNeverMakesWritersWait is the stall the going-idle handshake
+// must not cause: transaction A holds an uncommitted outbox insert, a
+// projector goes idle, and then transaction B, on another connection,
+// writes one event. B must commit while A is still open: no writer waits
+// for another writer.
+func TestGoingIdleNeverMakesWritersWait(t *testing.T) {
+	t.Parallel()
+	db, _ := testenv.Postgres(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e := setup(t, db, nil)
+	e.stamper.Set(time.Now().UTC())
+	require.NoError(t, e.store.SetRelayIdle(ctx, "p1", false))
+
+	txA := begin(t, db)
+	_, err := e.store.Add(ctx, txA, "order.paid", orderPaid{OrderID: "a"}, nil)
+	require.NoError(t, err)
+
 	idle := make(chan error, 1)
 	go func() { idle <- e.store.SetRelayIdle(ctx, "p1", true) }()
-	select {
-	case err := <-idle:
-		t.Fatalf("SetRelayIdle returned (%v) while a writer that saw the projector busy was still open", err)
-	case <-time.After(300 * time.Millisecond):
+	// Go on once SetRelayIdle returned or is waiting for the writers' key.
+	var idleErr error
+	returned := false
+	deadline := time.Now().Add(5 * time.Second)
+	for !returned && !waitingForRelaysKey(t, db) {
+		select {
+		case idleErr = <-idle:
+			returned = true
+		case <-time.After(5 * time.Millisecond):
+		}
+		require.False(t, time.Now().After(deadline), "SetRelayIdle neither returned nor waits for the key")
 	}
-	require.NoError(t, tx.Commit().Error)
-	select {
-	case err := <-idle:
-		require.NoError(t, err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("SetRelayIdle still waiting after the writer committed")
+	require.NoError(t, idleErr)
+
+	// B: one event on another connection, bounded so a stall fails the test.
+	bctx, bcancel := context.WithTimeout(ctx, 2*time.Second)
+	defer bcancel()
+	start := time.Now()
+	err = db.WithContext(bctx).Transaction(func(tx *gorm.DB) error {
+		_, err := e.store.Add(bctx, tx, "order.paid", orderPaid{OrderID: "b"}, nil)
+		return err
+	})
+	require.NoError(t, err, "B could not commit while A was open (waited %v)", time.Since(start))
+	assert.Less(t, time.Since(start), time.Second, "B's commit")
+	require.Equal(t, int64(1), countRows(t, db, ""), "B committed, A still open")
+
+	require.NoError(t, txA.Commit().Error)
+	if !returned {
+		require.NoError(t, <-idle)
 	}
-	claimed := e.claim(t, "p1", 10)
-	require.Len(t, claimed, 1, "the claim after going idle sees the event that did not notify")
-	assert.Equal(t, m.ID, claimed[0].ID)
+}
+
+// TestWritersOpenNeverMakesWritersWait: asking WritersOpen over and over
+// while a writer is open holds up no other writer.
+func TestWritersOpenNeverMakesWritersWait(t *testing.T) {
+	t.Parallel()
+	db, _ := testenv.Postgres(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e := setup(t, db, nil)
+	e.stamper.Set(time.Now().UTC())
+	require.NoError(t, e.store.SetRelayIdle(ctx, "p1", true))
+
+	txA := begin(t, db)
+	_, err := e.store.Add(ctx, txA, "order.paid", orderPaid{OrderID: "a"}, nil)
+	require.NoError(t, err)
+
+	type answers struct {
+		n   int
+		err error
+	}
+	stop := make(chan struct{})
+	asked := make(chan answers, 1)
+	go func() {
+		var a answers
+		defer func() { asked <- a }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			open, err := e.store.WritersOpen(ctx)
+			if err == nil && !open {
+				err = errors.New("no writer open, but A is")
+			}
+			if err != nil {
+				a.err = err
+				return
+			}
+			a.n++
+		}
+	}()
+	for i := range 20 {
+		bctx, bcancel := context.WithTimeout(ctx, 2*time.Second)
+		err := db.WithContext(bctx).Transaction(func(tx *gorm.DB) error {
+			_, err := e.store.Add(bctx, tx, "order.paid", orderPaid{OrderID: "b"}, nil)
+			return err
+		})
+		bcancel()
+		require.NoError(t, err, "writer %d", i)
+	}
+	close(stop)
+	a := <-asked
+	require.NoError(t, a.err)
+	assert.Positive(t, a.n, "WritersOpen answered while the writers ran")
+	assert.Equal(t, int64(20), countRows(t, db, ""), "every writer committed while A was open")
+	require.NoError(t, txA.Commit().Error)
 }

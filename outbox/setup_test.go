@@ -41,6 +41,7 @@ func setup(t *testing.T, db *gorm.DB, cfg *outbox.Config) *env {
 		c = *cfg
 	}
 	c.Stamper = st
+	c.Test.Clock = st // the database clock follows the fake one
 	store, err := outbox.NewStore(db, &c)
 	require.NoError(t, err)
 	return &env{db: db, store: store, stamper: st}

@@ -58,31 +58,31 @@ func TestStats(t *testing.T) {
 			{
 				name:    "all tenants",
 				opts:    nil,
-				counts:  map[outbox.Status]int64{"new": 3, "publishing": 1, "sent": 2, "failed": 1, "dead": 2},
+				counts:  map[outbox.Status]int64{"new": 3, "publishing": 1, "failed": 1, "dead": 2},
 				pending: 5, oldestAt: epoch.Add(time.Minute), oldestAge: 9 * time.Minute,
 			},
 			{
 				name:    "empty opts",
 				opts:    &outbox.StatsOpts{},
-				counts:  map[outbox.Status]int64{"new": 3, "publishing": 1, "sent": 2, "failed": 1, "dead": 2},
+				counts:  map[outbox.Status]int64{"new": 3, "publishing": 1, "failed": 1, "dead": 2},
 				pending: 5, oldestAt: epoch.Add(time.Minute), oldestAge: 9 * time.Minute,
 			},
 			{
 				name:    "acme",
 				opts:    &outbox.StatsOpts{Tenant: "acme"},
-				counts:  map[outbox.Status]int64{"new": 2, "publishing": 1, "sent": 1, "failed": 0, "dead": 1},
+				counts:  map[outbox.Status]int64{"new": 2, "publishing": 1, "failed": 0, "dead": 1},
 				pending: 3, oldestAt: epoch.Add(3 * time.Minute), oldestAge: 7 * time.Minute,
 			},
 			{
 				name:    "globex",
 				opts:    &outbox.StatsOpts{Tenant: "globex"},
-				counts:  map[outbox.Status]int64{"new": 1, "publishing": 0, "sent": 1, "failed": 1, "dead": 1},
+				counts:  map[outbox.Status]int64{"new": 1, "publishing": 0, "failed": 1, "dead": 1},
 				pending: 2, oldestAt: epoch.Add(time.Minute), oldestAge: 9 * time.Minute,
 			},
 			{
 				name:   "tenant without rows",
 				opts:   &outbox.StatsOpts{Tenant: "initech"},
-				counts: map[outbox.Status]int64{"new": 0, "publishing": 0, "sent": 0, "failed": 0, "dead": 0},
+				counts: map[outbox.Status]int64{"new": 0, "publishing": 0, "failed": 0, "dead": 0},
 			},
 		}
 		for _, c := range cases {
@@ -111,7 +111,8 @@ func TestStats(t *testing.T) {
 		st, err = e.store.Stats(ctx, nil)
 		require.NoError(t, err)
 		assert.Equal(t, int64(4), st.Pending)
-		assert.Equal(t, int64(3), st.Counts[outbox.StatusSent])
+		_, counted := st.Counts[outbox.StatusSent]
+		assert.False(t, counted, "sent rows are not counted")
 		assert.Equal(t, 7*time.Minute+30*time.Second, st.OldestPendingAge)
 	})
 }
@@ -122,8 +123,8 @@ func TestStatsEmpty(t *testing.T) {
 		e := setup(t, db, nil)
 		st, err := e.store.Stats(context.Background(), nil)
 		require.NoError(t, err)
-		require.Len(t, st.Counts, len(outbox.Statuses))
-		for _, s := range outbox.Statuses {
+		require.Len(t, st.Counts, len(outbox.UnsentStatuses))
+		for _, s := range outbox.UnsentStatuses {
 			n, ok := st.Counts[s]
 			assert.True(t, ok, "status %s present", s)
 			assert.Equal(t, int64(0), n, "status %s", s)

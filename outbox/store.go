@@ -11,6 +11,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/aggregate"
+	"github.com/bentoevents/bento/internal/dberr"
 	"github.com/bentoevents/bento/internal/dialect"
 	"github.com/bentoevents/bento/internal/tracing"
 	"github.com/bentoevents/bento/tenant"
@@ -22,19 +23,42 @@ const insertBatchSize = 500
 // DefaultMaxPayloadBytes is the default payload size limit: 1 MiB.
 const DefaultMaxPayloadBytes = 1 << 20
 
+// DefaultMaxMetadataBytes is the default metadata size limit: 16 KiB as
+// AMQP headers encode it. RabbitMQ sends an event's headers in one frame,
+// 128 KiB by default (frame_max); 16 KiB leaves the rest for the headers the
+// projector adds and for brokers configured with smaller frames.
+const DefaultMaxMetadataBytes = 16 << 10
+
+// MaxMetadataKeyLen is the longest metadata key, in bytes: AMQP encodes a
+// header name in at most 255 bytes.
+const MaxMetadataKeyLen = 255
+
 // Config configures a [Store]. The zero value (or nil) means defaults.
 type Config struct {
 	// MaxPayloadBytes is the largest payload accepted, in bytes of JSON.
 	// Defaults to 1 MiB.
 	MaxPayloadBytes int
-	// Stamper provides created_at times and the ids of events added with
-	// [Store.Add]. Defaults to aggregate.SystemStamper.
+	// MaxMetadataBytes is the largest metadata accepted, counted as AMQP
+	// headers encode it: per entry its key and value plus 6 bytes. An
+	// event's metadata travels as headers in one frame, so an event over the
+	// broker's frame size could never be published; it is refused when
+	// written, with ErrMetadataTooLarge. Defaults to DefaultMaxMetadataBytes
+	// (16 KiB).
+	MaxMetadataBytes int
+	// Stamper provides the ids of events added with [Store.Add] and the
+	// times bento shows rather than compares: created_at and a default
+	// occurred_at. Leases, due times, backoff and retention use the
+	// database's clock instead, so hosts whose clocks disagree cannot steal
+	// each other's leases or delay each other's events. Defaults to
+	// aggregate.SystemStamper.
 	Stamper aggregate.Stamper
 	// Propagator writes the trace context of the span in Add's context
 	// into the event's metadata (traceparent, tracestate), so the publish
 	// and consume spans continue the caller's trace. Defaults to W3C Trace
 	// Context.
 	Propagator propagation.TextMapPropagator
+	// Test holds settings for tests only. Defaults to none.
+	Test TestConfig
 }
 
 func (c *Config) withDefaults() (Config, error) {
@@ -48,6 +72,12 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.MaxPayloadBytes == 0 {
 		out.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+	if out.MaxMetadataBytes < 0 {
+		errs = append(errs, fmt.Errorf("MaxMetadataBytes: %d is negative", out.MaxMetadataBytes))
+	}
+	if out.MaxMetadataBytes == 0 {
+		out.MaxMetadataBytes = DefaultMaxMetadataBytes
 	}
 	if out.Stamper == nil {
 		out.Stamper = aggregate.SystemStamper{}
@@ -66,6 +96,7 @@ type Store struct {
 	cfg         Config
 	partitioned partitioned
 	tracing     tracing.Tracing
+	clock       dbClock
 }
 
 // NewStore returns a store over db (PostgreSQL or SQLite). cfg may be nil.
@@ -78,7 +109,7 @@ func NewStore(db *gorm.DB, cfg *Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{db: db, dialect: d, cfg: c, tracing: tracing.New(nil, c.Propagator)}, nil
+	return &Store{db: db, dialect: d, cfg: c, tracing: tracing.New(nil, c.Propagator), clock: newDBClock(d, c.Test)}, nil
 }
 
 // DB returns the database the store was created with.
@@ -97,7 +128,10 @@ type AddOpts struct {
 	DedupKey string
 	// AggregateType, AggregateID and AggregateVersion describe the aggregate
 	// the event belongs to, if any. Events of one aggregate are relayed in
-	// version order.
+	// version order: an event with an aggregate needs a version of at least
+	// 1, and a tenant's (aggregate type, id, version) can be written only
+	// once (ErrDuplicateVersion). Without an aggregate the version must be
+	// 0.
 	AggregateType    string
 	AggregateID      string
 	AggregateVersion int64
@@ -114,9 +148,9 @@ type AddOpts struct {
 // back with the caller's own changes. payload is encoded as with
 // [EncodePayload]. Add returns the stored row, whose ID is the event id.
 //
-// Errors: a *ValidationError wrapping ErrInvalidEvent, ErrPayloadTooLarge or
-// tenant.ErrInvalid; ErrDuplicateKey; ErrClosed; or the database error.
-// Nothing is written when Add returns an error.
+// Errors: a *ValidationError wrapping ErrInvalidEvent, ErrPayloadTooLarge,
+// ErrMetadataTooLarge or tenant.ErrInvalid; ErrDuplicateKey; ErrDuplicateVersion; ErrClosed; or the
+// database error. Nothing is written when Add returns an error.
 func (s *Store) Add(ctx context.Context, tx *gorm.DB, topic string, payload any, opts *AddOpts) (*Message, error) {
 	if opts == nil {
 		opts = &AddOpts{}
@@ -154,17 +188,19 @@ func (s *Store) Add(ctx context.Context, tx *gorm.DB, topic string, payload any,
 }
 
 // Prepare fills in what is unset in msgs and validates them, without writing:
-// TenantID (tenant in ctx, then tenant.Default), SchemaVersion 1, OccurredAt,
-// CreatedAt and AvailableAt (now), Status new, and the metadata carried by
-// ctx. [Store.Insert] calls it; a unit of work calls it before saving
+// TenantID (tenant in ctx, then tenant.Default), SchemaVersion 1, OccurredAt
+// and CreatedAt (the Stamper's now), Status new, SizeBytes, and the metadata
+// carried by ctx. An unset AvailableAt stays zero: Insert makes the row due
+// at the database's current time. [Store.Insert] calls it; a unit of work calls it before saving
 // anything, so a bad event stops the commit before the first write.
 //
-// Errors: a *ValidationError, or ErrDuplicateKey for a dedup key used twice in
-// msgs.
+// Errors: a *ValidationError, ErrDuplicateKey for a dedup key used twice in
+// msgs, or ErrDuplicateVersion for an aggregate version used twice in msgs.
 func (s *Store) Prepare(ctx context.Context, msgs []*Message) error {
 	now := s.cfg.Stamper.Now().UTC()
 	ctxMeta := MetadataFrom(ctx)
 	keys := map[[2]string]bool{}
+	versions := map[aggregateVersion]bool{}
 	for _, m := range msgs {
 		if m.TenantID == "" {
 			tid, err := tenant.Resolve(ctx, "", "")
@@ -181,10 +217,9 @@ func (s *Store) Prepare(ctx context.Context, msgs []*Message) error {
 		}
 		m.OccurredAt = m.OccurredAt.UTC()
 		m.CreatedAt = now
-		if m.AvailableAt.IsZero() {
-			m.AvailableAt = now
+		if !m.AvailableAt.IsZero() {
+			m.AvailableAt = m.AvailableAt.UTC()
 		}
-		m.AvailableAt = m.AvailableAt.UTC()
 		if m.Status == "" {
 			m.Status = StatusNew
 		}
@@ -201,6 +236,15 @@ func (s *Store) Prepare(ctx context.Context, msgs []*Message) error {
 		if err := s.validate(m); err != nil {
 			return err
 		}
+		m.SizeBytes = m.size()
+		if m.AggregateID != "" {
+			k := aggregateVersion{m.TenantID, m.AggregateType, m.AggregateID, m.AggregateVersion}
+			if versions[k] {
+				return fmt.Errorf("%w: %s %s version %d twice in one batch (tenant %s)",
+					ErrDuplicateVersion, m.AggregateType, m.AggregateID, m.AggregateVersion, m.TenantID)
+			}
+			versions[k] = true
+		}
 		if m.DedupKey != nil {
 			k := [2]string{m.TenantID, *m.DedupKey}
 			if keys[k] {
@@ -213,6 +257,12 @@ func (s *Store) Prepare(ctx context.Context, msgs []*Message) error {
 		m.prepared = true
 	}
 	return nil
+}
+
+// aggregateVersion identifies one event of an aggregate.
+type aggregateVersion struct {
+	tenant, typ, id string
+	version         int64
 }
 
 func allPrepared(msgs []*Message) bool {
@@ -229,8 +279,9 @@ func allPrepared(msgs []*Message) bool {
 // one statement per 500 rows. Every message is validated before anything is
 // written.
 //
-// Errors are those of [Store.Add]. When Insert returns ErrDuplicateKey other
-// messages of the batch may have been written: roll tx back.
+// Errors are those of [Store.Add]. When Insert returns ErrDuplicateKey or
+// ErrDuplicateVersion other messages of the batch may have been written:
+// roll tx back.
 func (s *Store) Insert(ctx context.Context, tx *gorm.DB, msgs []*Message) error {
 	if len(msgs) == 0 {
 		return nil
@@ -268,8 +319,11 @@ func (s *Store) Insert(ctx context.Context, tx *gorm.DB, msgs []*Message) error 
 	var written int64
 	for start := 0; start < len(msgs); start += insertBatchSize {
 		batch := msgs[start:min(start+insertBatchSize, len(msgs))]
-		res := tx.WithContext(ctx).Exec(insertSQL(len(batch))+onConflict, insertArgs(batch)...)
+		res := tx.WithContext(ctx).Exec(insertSQL(len(batch))+onConflict, insertArgs(batch, s.clock.now())...)
 		if res.Error != nil {
+			if dberr.IsUniqueViolationOf(res.Error, versionConstraint, versionColumns) {
+				return fmt.Errorf("outbox: insert: %w: %w", ErrDuplicateVersion, res.Error)
+			}
 			return wrapDB("outbox: insert", res.Error)
 		}
 		written += res.RowsAffected

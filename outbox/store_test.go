@@ -348,6 +348,7 @@ func TestNewStoreConfig(t *testing.T) {
 			s, err := outbox.NewStore(db, cfg)
 			require.NoError(t, err)
 			assert.Equal(t, outbox.DefaultMaxPayloadBytes, s.Config().MaxPayloadBytes)
+			assert.Equal(t, outbox.DefaultMaxMetadataBytes, s.Config().MaxMetadataBytes)
 			assert.Equal(t, aggregate.SystemStamper{}, s.Config().Stamper)
 			assert.Same(t, db, s.DB())
 		}
@@ -364,6 +365,12 @@ func TestNewStoreConfig(t *testing.T) {
 		t.Parallel()
 		s, err := outbox.NewStore(db, &outbox.Config{MaxPayloadBytes: -1})
 		require.Error(t, err)
+		assert.Nil(t, s)
+	})
+	t.Run("negative MaxMetadataBytes", func(t *testing.T) {
+		t.Parallel()
+		s, err := outbox.NewStore(db, &outbox.Config{MaxMetadataBytes: -1})
+		require.ErrorContains(t, err, "MaxMetadataBytes")
 		assert.Nil(t, s)
 	})
 	t.Run("nil db", func(t *testing.T) {

@@ -109,8 +109,13 @@ func (s *Store) validate(m *Message) error {
 			return bad("aggregate_id", fmt.Sprintf("%q %s", clip(m.AggregateID), r), ErrInvalidEvent)
 		}
 	}
-	if m.AggregateVersion < 0 {
+	switch {
+	case m.AggregateVersion < 0:
 		return bad("aggregate_version", fmt.Sprintf("%d is negative", m.AggregateVersion), ErrInvalidEvent)
+	case m.AggregateID != "" && m.AggregateVersion < 1:
+		return bad("aggregate_version", "must be at least 1 for an event of an aggregate (versions order its events)", ErrInvalidEvent)
+	case m.AggregateID == "" && m.AggregateVersion != 0:
+		return bad("aggregate_version", fmt.Sprintf("%d without an aggregate id", m.AggregateVersion), ErrInvalidEvent)
 	}
 	if m.SchemaVersion < 1 || m.SchemaVersion > 32767 {
 		return bad("schema_version", fmt.Sprintf("%d is outside 1..32767", m.SchemaVersion), ErrInvalidEvent)
@@ -125,6 +130,12 @@ func (s *Store) validate(m *Message) error {
 		if k == "" {
 			return bad("metadata", "has an empty key", ErrInvalidEvent)
 		}
+		if len(k) > MaxMetadataKeyLen {
+			return bad("metadata", fmt.Sprintf("key %q is longer than %d bytes", clip(k), MaxMetadataKeyLen), ErrInvalidEvent)
+		}
+	}
+	if n := m.Metadata.headerBytes(); n > s.cfg.MaxMetadataBytes {
+		return bad("metadata", fmt.Sprintf("is %d bytes as headers, the limit is %d", n, s.cfg.MaxMetadataBytes), ErrMetadataTooLarge)
 	}
 	if m.DedupKey != nil {
 		if r := checkPrintable(*m.DedupKey, MaxDedupKeyLen); r != "" {

@@ -18,6 +18,9 @@ import (
 // maxPayload is the small payload limit the validation tests configure.
 const maxPayload = 64
 
+// maxMetadata is the small metadata limit they configure.
+const maxMetadata = 24
+
 func TestAddRejectsInvalidEvents(t *testing.T) {
 	t.Parallel()
 	type withFunc struct {
@@ -70,6 +73,15 @@ func TestAddRejectsInvalidEvents(t *testing.T) {
 		},
 		{name: "dedup key with control char", opts: &outbox.AddOpts{DedupKey: "key\x01"}, want: outbox.ErrInvalidEvent, field: "dedup_key"},
 		{name: "dedup key too long", opts: &outbox.AddOpts{DedupKey: strings.Repeat("k", outbox.MaxDedupKeyLen+1)}, want: outbox.ErrInvalidEvent, field: "dedup_key"},
+		{
+			name: "metadata key over 255 bytes", opts: &outbox.AddOpts{Metadata: outbox.Metadata{strings.Repeat("k", outbox.MaxMetadataKeyLen+1): "v"}},
+			want: outbox.ErrInvalidEvent, field: "metadata",
+		},
+		{
+			// Two entries of 3+3+6 bytes each fit in 24 bytes; a third does not.
+			name: "metadata too large", opts: &outbox.AddOpts{Metadata: outbox.Metadata{"k01": "v01", "k02": "v02", "k03": "v03"}},
+			want: outbox.ErrMetadataTooLarge, field: "metadata",
+		},
 		{name: "empty metadata key", opts: &outbox.AddOpts{Metadata: outbox.Metadata{"": "v"}}, want: outbox.ErrInvalidEvent, field: "metadata"},
 		{
 			name: "empty metadata key in context",
@@ -78,7 +90,7 @@ func TestAddRejectsInvalidEvents(t *testing.T) {
 		},
 	}
 	testenv.ForEachBackend(t, func(t *testing.T, _ testenv.Backend, db *gorm.DB) {
-		e := setup(t, db, &outbox.Config{MaxPayloadBytes: maxPayload})
+		e := setup(t, db, &outbox.Config{MaxPayloadBytes: maxPayload, MaxMetadataBytes: maxMetadata})
 		// One valid row, so "unchanged" is not just "still empty".
 		e.add(context.Background(), t, "order.paid", okPayload, nil)
 
@@ -122,7 +134,7 @@ func TestAddRejectsInvalidEvents(t *testing.T) {
 func TestAddAcceptsLimits(t *testing.T) {
 	t.Parallel()
 	testenv.ForEachBackend(t, func(t *testing.T, _ testenv.Backend, db *gorm.DB) {
-		e := setup(t, db, &outbox.Config{MaxPayloadBytes: maxPayload})
+		e := setup(t, db, &outbox.Config{MaxPayloadBytes: maxPayload, MaxMetadataBytes: maxMetadata})
 		ctx := context.Background()
 		payload := []byte(`"` + strings.Repeat("x", maxPayload-2) + `"`)
 		require.Len(t, payload, maxPayload)

@@ -49,6 +49,13 @@ type Config struct {
 	// publish still running then counts as failed (it may still reach the
 	// broker: at-least-once). Must be shorter than Lease. DefaultConfig: 10s.
 	PublishTimeout time.Duration
+	// MaxBatchBytes bounds the payload and metadata bytes one claim takes,
+	// so a batch of large events cannot hold BatchSize times the largest
+	// payload in memory: a claim stops before the row that would pass it
+	// (a row larger than the budget goes out alone). Unlike the fields
+	// above, zero means the default. Defaults to DefaultMaxBatchBytes
+	// (64 MiB); a negative value means no bound.
+	MaxBatchBytes int64
 	// BusySleep is the pause after a batch that was not full. A full batch
 	// is followed at once by the next claim. DefaultConfig: 10ms.
 	BusySleep time.Duration
@@ -86,6 +93,9 @@ type Config struct {
 	Propagator propagation.TextMapPropagator
 }
 
+// DefaultMaxBatchBytes is the default Config.MaxBatchBytes: 64 MiB.
+const DefaultMaxBatchBytes = 64 << 20
+
 // Copy returns a copy of c.
 func (c *Config) Copy() *Config {
 	cp := *c
@@ -94,7 +104,7 @@ func (c *Config) Copy() *Config {
 
 // DefaultConfig returns the defaults: batches of 500, 16 publishes in
 // flight, 20 attempts, backoff from 1s to 5m, a 30s lease with a 10s publish
-// timeout, 10ms busy and 2s idle sleep.
+// timeout, a 64 MiB batch byte budget, 10ms busy and 2s idle sleep.
 func DefaultConfig() *Config {
 	return &Config{
 		BatchSize:      500,
@@ -104,6 +114,7 @@ func DefaultConfig() *Config {
 		BackoffCeiling: 5 * time.Minute,
 		Lease:          30 * time.Second,
 		PublishTimeout: 10 * time.Second,
+		MaxBatchBytes:  DefaultMaxBatchBytes,
 		BusySleep:      10 * time.Millisecond,
 		IdleSleep:      2 * time.Second,
 	}
@@ -132,6 +143,12 @@ func (c *Config) validate() (Config, error) {
 		if d.v <= 0 {
 			errs = append(errs, fmt.Errorf("%s: %v, must be positive", d.name, d.v))
 		}
+	}
+	switch {
+	case out.MaxBatchBytes == 0:
+		out.MaxBatchBytes = DefaultMaxBatchBytes
+	case out.MaxBatchBytes < 0:
+		out.MaxBatchBytes = 0 // the claim's "no bound"
 	}
 	if out.BackoffCeiling < out.BackoffFloor {
 		errs = append(errs, fmt.Errorf("BackoffCeiling: %v is below BackoffFloor %v", out.BackoffCeiling, out.BackoffFloor))

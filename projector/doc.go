@@ -58,5 +58,6 @@
 // Metrics (when Config.Registerer is set): bento_outbox_published_total,
 // bento_outbox_failed_total and bento_outbox_dead_total by topic,
 // bento_outbox_publish_latency_seconds (occurred_at to confirm),
-// bento_outbox_backlog by status and bento_outbox_oldest_pending_age_seconds.
+// bento_outbox_backlog by status (rows not yet sent: new, publishing, failed,
+// dead) and bento_outbox_oldest_pending_age_seconds.
 package projector

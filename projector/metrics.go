@@ -91,7 +91,7 @@ func (m *metrics) failure(topic string, dead bool) {
 
 var (
 	backlogDesc = prometheus.NewDesc("bento_outbox_backlog",
-		"Outbox rows by status (read from the table at scrape time).", []string{"status"}, nil)
+		"Outbox rows not yet sent by status: new, publishing, failed, dead (read at scrape time).", []string{"status"}, nil)
 	oldestDesc = prometheus.NewDesc("bento_outbox_oldest_pending_age_seconds",
 		"Age of the oldest row not yet relayed (new, publishing or failed).", nil, nil)
 )
@@ -115,7 +115,7 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.NewInvalidMetric(backlogDesc, err)
 		return
 	}
-	for _, s := range outbox.Statuses {
+	for _, s := range outbox.UnsentStatuses {
 		ch <- prometheus.MustNewConstMetric(backlogDesc, prometheus.GaugeValue, float64(st.Counts[s]), string(s))
 	}
 	ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, st.OldestPendingAge.Seconds())

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -138,9 +139,11 @@ var ErrRunning = errors.New("projector: already running")
 // Run relays the outbox until ctx is done: it claims a batch, publishes it,
 // records the outcome, and sleeps BusySleep after a partial batch or
 // IdleSleep when nothing was due (a notification or Wake ends the sleep). On
-// PostgreSQL it listens for commits. When ctx ends, Run waits for the
-// publishes in flight, records them, releases what it did not try, and
-// returns nil. Database errors are logged and retried with backoff; they do
+// PostgreSQL it listens for commits, and for a moment after going idle it
+// claims sooner than IdleSleep, until the writers that may have seen it busy
+// (and so will not notify) have ended; it never waits for them. When ctx
+// ends, Run waits for the publishes in flight, records them, releases what
+// it did not try, and returns nil. Database errors are logged and retried with backoff; they do
 // not stop Run.
 func (p *OutboxProjector) Run(ctx context.Context) error {
 	p.runMu.Lock()
@@ -182,7 +185,7 @@ func (p *OutboxProjector) Run(ctx context.Context) error {
 			sleep = errDelay
 		case r.Claimed == p.cfg.BatchSize:
 			errDelay = p.cfg.BusySleep
-			rs.set(ctx, false) // working through a backlog: writers need not notify
+			rs.busy(ctx) // working through a backlog: writers need not notify
 			continue
 		case r.Claimed > 0:
 			errDelay = p.cfg.BusySleep
@@ -190,21 +193,40 @@ func (p *OutboxProjector) Run(ctx context.Context) error {
 		default:
 			sleep = p.cfg.IdleSleep
 		}
-		if rs.set(ctx, true) {
-			continue // now idle: claim once more what busy-time writers did not announce
+		claim, within := rs.idle(ctx)
+		if claim {
+			continue // settled: claim once more what busy-time writers did not announce
 		}
-		p.sleep(ctx, sleep, p.wake)
+		p.sleep(ctx, min(sleep, within), p.wake)
 	}
 	p.log.Info("projector stopped")
 	return nil
 }
 
 // relayState is the projector's row in bento_outbox_relays, which tells
-// writers whether a notification is wanted (see outbox.Store.SetRelayIdle).
+// writers whether a notification is wanted, and the handshake of going idle
+// (see outbox.Store.SetRelayIdle and outbox.Store.WritersOpen).
+//
+// Going idle never waits for a writer. The projector commits its row as
+// idle, from when on new writers notify, and is then unsettled: writers
+// that read it busy may still be open, and their events will not notify.
+// While unsettled it asks WritersOpen (which never makes writers wait) and
+// claims again after firstWritersCheck, doubling the wait up to IdleSleep,
+// until the answer is no; then it claims once more and is settled: from
+// then on every event committed after its last claim notifies, and it
+// sleeps IdleSleep between polls. Notifications still wake it meanwhile. A
+// writer that stays open holds up no one: its own events, if they did not
+// notify, are claimed at most about as long after its commit as it stayed
+// open after the projector went idle, and never more than IdleSleep after.
 type relayState struct {
 	p       *OutboxProjector
 	enabled bool // listening on PostgreSQL, and the row could be written
-	idle    bool // the state recorded
+	recIdle bool // the state recorded
+	settled bool // recIdle, and no writer that may have read the projector busy is open
+	// While idle and unsettled: when to ask WritersOpen next, and the wait
+	// after that if the answer is still yes.
+	checkAt   time.Time
+	nextCheck time.Duration
 }
 
 // registerRelay records the projector as idle before its first claim, so
@@ -219,22 +241,69 @@ func (p *OutboxProjector) registerRelay(ctx context.Context) *relayState {
 			"err", err)
 		return rs
 	}
-	rs.enabled, rs.idle = true, true
+	rs.enabled = true
+	rs.wentIdle()
 	return rs
 }
 
-// set records idle (if it changed) and reports whether the projector just
-// went idle, after which it must claim once more before it sleeps.
-func (rs *relayState) set(ctx context.Context, idle bool) bool {
-	if !rs.enabled || rs.idle == idle || ctx.Err() != nil {
-		return false
+// firstWritersCheck is the wait before asking WritersOpen again after its
+// first yes. Writers' transactions usually last milliseconds, and the waits
+// double, so a long writer costs a few cheap statements, not a poll.
+const firstWritersCheck = time.Millisecond
+
+// wentIdle starts the wait for the writers that may have read the
+// projector as busy.
+func (rs *relayState) wentIdle() {
+	rs.recIdle, rs.settled = true, false
+	rs.checkAt, rs.nextCheck = time.Time{}, min(firstWritersCheck, rs.p.cfg.IdleSleep)
+}
+
+// busy records the projector as busy, if it was idle.
+func (rs *relayState) busy(ctx context.Context) {
+	if !rs.enabled || !rs.recIdle || ctx.Err() != nil {
+		return
 	}
-	if err := rs.p.store.SetRelayIdle(ctx, rs.p.cfg.WorkerID, idle); err != nil {
-		rs.p.log.Warn("cannot record the projector's state", "idle", idle, "err", err)
-		return false
+	if err := rs.p.store.SetRelayIdle(ctx, rs.p.cfg.WorkerID, false); err != nil {
+		rs.p.log.Warn("cannot record the projector's state", "idle", false, "err", err)
+		return
 	}
-	rs.idle = idle
-	return idle
+	rs.recIdle, rs.settled = false, false
+}
+
+// idle is called after a claim that was not full. It records the projector
+// as idle if it was busy and advances the handshake. It reports claim when
+// the projector just settled and must claim once more at once; otherwise
+// the projector may sleep at most within before it calls idle again.
+func (rs *relayState) idle(ctx context.Context) (claim bool, within time.Duration) {
+	const forever = time.Duration(math.MaxInt64)
+	if !rs.enabled || ctx.Err() != nil {
+		return false, forever
+	}
+	if !rs.recIdle {
+		if err := rs.p.store.SetRelayIdle(ctx, rs.p.cfg.WorkerID, true); err != nil {
+			rs.p.log.Warn("cannot record the projector's state", "idle", true, "err", err)
+			return false, forever // still recorded busy: writers do not count on a notification
+		}
+		rs.wentIdle()
+	}
+	if rs.settled {
+		return false, forever
+	}
+	if now := time.Now(); now.Before(rs.checkAt) {
+		return false, rs.checkAt.Sub(now)
+	}
+	open, err := rs.p.store.WritersOpen(ctx)
+	if err == nil && !open {
+		rs.settled = true
+		return true, 0
+	}
+	if err != nil && ctx.Err() == nil {
+		rs.p.log.Warn("cannot check for open outbox writers", "err", err)
+	}
+	d := rs.nextCheck
+	rs.nextCheck = min(2*d, rs.p.cfg.IdleSleep)
+	rs.checkAt = time.Now().Add(d)
+	return false, d
 }
 
 // remove deletes the projector's row when Run ends.
@@ -264,11 +333,15 @@ func (p *OutboxProjector) sleep(ctx context.Context, d time.Duration, wake <-cha
 // even after the projector's context ended.
 const settleTimeout = 10 * time.Second
 
-// batch claims, publishes and settles one batch.
+// batch claims, publishes and settles one batch. It tries to record every
+// outcome even when recording one fails, the confirmed publishes first (a
+// row left leased after its publish was confirmed would be published again
+// when the lease ends), and returns the errors joined.
 func (p *OutboxProjector) batch(ctx context.Context) (Result, error) {
 	var r Result
 	rows, err := p.store.Claim(ctx, outbox.ClaimOpts{
 		Worker: p.cfg.WorkerID, Limit: p.cfg.BatchSize, Lease: p.cfg.Lease, Tenant: p.cfg.Tenant,
+		MaxBytes: p.cfg.MaxBatchBytes,
 	})
 	if err != nil {
 		return r, err
@@ -282,7 +355,11 @@ func (p *OutboxProjector) batch(ctx context.Context) (Result, error) {
 	// Record outcomes even if ctx ended meanwhile: the publishes happened.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
-	var sent, untried []string
+	var (
+		sent, untried []string
+		failed        []int
+		errs          []error
+	)
 	now := p.now()
 	for i, row := range rows {
 		switch err := outcomes[i]; {
@@ -292,14 +369,7 @@ func (p *OutboxProjector) batch(ctx context.Context) (Result, error) {
 		case errors.Is(err, errNotTried):
 			untried = append(untried, row.ID)
 		default:
-			dead, ferr := p.fail(sctx, row, err)
-			if ferr != nil {
-				return r, ferr
-			}
-			r.Failed++
-			if dead {
-				r.Dead++
-			}
+			failed = append(failed, i)
 		}
 	}
 	if len(sent) > 0 {
@@ -309,21 +379,34 @@ func (p *OutboxProjector) batch(ctx context.Context) (Result, error) {
 		}
 		n, err := settle(sctx, p.cfg.WorkerID, sent)
 		if err != nil {
-			return r, fmt.Errorf("projector: record %d sent events: %w", len(sent), err)
+			errs = append(errs, fmt.Errorf("projector: record %d sent events: %w", len(sent), err))
+		} else {
+			r.Published = len(sent)
+			if int(n) != len(sent) {
+				p.log.Warn("lease lost before marking sent; another projector owns the rows",
+					"published", len(sent), "marked", n)
+			}
 		}
-		r.Published = len(sent)
-		if int(n) != len(sent) {
-			p.log.Warn("lease lost before marking sent; another projector owns the rows",
-				"published", len(sent), "marked", n)
+	}
+	for _, i := range failed {
+		dead, err := p.fail(sctx, rows[i], outcomes[i])
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		r.Failed++
+		if dead {
+			r.Dead++
 		}
 	}
 	if len(untried) > 0 {
 		if _, err := p.store.Release(sctx, p.cfg.WorkerID, untried); err != nil {
-			return r, fmt.Errorf("projector: release %d untried events: %w", len(untried), err)
+			errs = append(errs, fmt.Errorf("projector: release %d untried events: %w", len(untried), err))
+		} else {
+			r.Released = len(untried)
 		}
-		r.Released = len(untried)
 	}
-	return r, nil
+	return r, errors.Join(errs...)
 }
 
 var errNotTried = errors.New("not tried")
@@ -444,13 +527,21 @@ start:
 	return outcomes
 }
 
+// unpublishable reports whether err says the event can never be published
+// as it is stored (its headers exceed the broker's frame, its topic is not a
+// valid routing key), so retrying it only wastes attempts: it goes dead at
+// once, its error kept, for an operator to discard or fix and requeue.
+func unpublishable(err error) bool {
+	return errors.Is(err, messaging.ErrMessageTooLarge) || errors.Is(err, messaging.ErrInvalidName)
+}
+
 // fail records a failed attempt and reports whether the row went dead.
 func (p *OutboxProjector) fail(ctx context.Context, row *outbox.Message, cause error) (bool, error) {
 	attempts := row.Attempts + 1
-	dead := attempts >= p.cfg.MaxAttempts
-	retryAt := p.now().Add(p.backoff(attempts))
+	dead := attempts >= p.cfg.MaxAttempts || unpublishable(cause)
+	delay := p.backoff(attempts)
 	if _, err := p.store.MarkFailed(ctx, p.cfg.WorkerID, outbox.Failure{
-		ID: row.ID, Err: cause, RetryAt: retryAt, Dead: dead,
+		ID: row.ID, Err: cause, RetryAfter: delay, Dead: dead,
 	}); err != nil {
 		return false, fmt.Errorf("projector: record failure of %s: %w", row.ID, err)
 	}
@@ -460,12 +551,13 @@ func (p *OutboxProjector) fail(ctx context.Context, row *outbox.Message, cause e
 	if dead {
 		p.log.Error("event is dead after its last attempt", attrs...)
 	} else {
-		p.log.Warn("publish failed; will retry", append(attrs, "retry_at", retryAt)...)
+		p.log.Warn("publish failed; will retry", append(attrs, "retry_in", delay)...)
 	}
 	return dead, nil
 }
 
-// now reads the store's clock, the one claims compare available_at with.
+// now reads the store's Stamper, for the latency metrics only: leases and
+// retry times are the database's.
 func (p *OutboxProjector) now() time.Time { return p.store.Config().Stamper.Now() }
 
 // backoff returns the delay before attempt+1: BackoffFloor doubled per

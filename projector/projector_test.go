@@ -63,8 +63,8 @@ func TestRelayDeliversEachEventOnce(t *testing.T) {
 		assert.Equal(t, projector.Result{}, again, "nothing is relayed twice")
 
 		assert.Equal(t, 21.0, counterSum(t, reg, "bento_outbox_published_total"))
-		backlog := gauge(t, reg, "bento_outbox_backlog", "status", "sent")
-		assert.Equal(t, 21.0, backlog)
+		assert.Equal(t, 0.0, gauge(t, reg, "bento_outbox_backlog", "status", "new"))
+		assert.Equal(t, 0.0, gauge(t, reg, "bento_outbox_backlog", "status", "publishing"))
 	})
 }
 

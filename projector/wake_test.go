@@ -274,3 +274,73 @@ func TestBusyAndIdleFlipsLoseNoWakeUp(t *testing.T) {
 	require.NoError(t, db.Raw("SELECT count(*) FROM bento_outbox_relays").Scan(&rows).Error)
 	assert.Zero(t, rows, "a stopped projector removes its row")
 }
+
+// addEvent commits one event on its own connection, bounded by within so a
+// writer that stalls fails the test instead of hanging it.
+func addEvent(t *testing.T, e *env, within time.Duration) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	var id string
+	err := e.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		m, err := e.store.Add(ctx, tx, "counter.ticked", map[string]int{"n": 1}, nil)
+		if err == nil {
+			id = m.ID
+		}
+		return err
+	})
+	return id, err
+}
+
+// TestLongWriterHoldsUpNobody: transaction A holds an uncommitted outbox
+// insert while a projector goes idle (it registers as idle when it starts).
+// Other writers must commit, and their events be published, while A is
+// still open; A's own event, which may not have notified, must be published
+// soon after A commits, long before the one-minute idle poll.
+func TestLongWriterHoldsUpNobody(t *testing.T) {
+	t.Parallel()
+	db, _ := testenv.Postgres(t)
+	e := setup(t, db)
+	rec := &recorder{notify: make(chan string, 16)}
+	cfg := fastConfig()
+	cfg.IdleSleep = time.Minute
+	p, err := projector.New(e.store, rec, cfg)
+	require.NoError(t, err)
+
+	txA := db.Begin()
+	require.NoError(t, txA.Error)
+	t.Cleanup(func() { txA.Rollback() })
+	a, err := e.store.Add(context.Background(), txA, "counter.ticked", map[string]int{"n": 0}, nil)
+	require.NoError(t, err)
+
+	runProjector(t, p)
+	waitFor(t, 10*time.Second, "the projector to listen and record itself idle", func() bool {
+		var idle []bool
+		require.NoError(t, db.Raw("SELECT idle FROM bento_outbox_relays WHERE worker_id = ?", p.WorkerID()).Scan(&idle).Error)
+		return listenerPID(t, db, p) != 0 && len(idle) == 1 && idle[0]
+	})
+
+	for i := range 5 {
+		start := time.Now()
+		id, err := addEvent(t, e, 2*time.Second)
+		require.NoError(t, err, "writer %d could not commit while A was open (waited %v)", i, time.Since(start))
+		select {
+		case got := <-rec.notify:
+			require.Equal(t, id, got)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("writer %d's event not published within 5 s while A was open", i)
+		}
+		t.Logf("writer %d: commit + publish in %v with A open", i, time.Since(start))
+	}
+
+	time.Sleep(time.Second) // hold A open a while longer: the projector keeps checking on it
+	require.NoError(t, txA.Commit().Error)
+	committed := time.Now()
+	select {
+	case got := <-rec.notify:
+		require.Equal(t, a.ID, got)
+		t.Logf("A's event published %v after A committed", time.Since(committed))
+	case <-time.After(10 * time.Second):
+		t.Fatal("A's event not published within 10 s of its commit (the idle poll is a minute)")
+	}
+}

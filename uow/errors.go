@@ -30,6 +30,8 @@ var (
 	ErrInvalidEvent = outbox.ErrInvalidEvent
 	// ErrPayloadTooLarge is outbox.ErrPayloadTooLarge.
 	ErrPayloadTooLarge = outbox.ErrPayloadTooLarge
+	// ErrMetadataTooLarge is outbox.ErrMetadataTooLarge.
+	ErrMetadataTooLarge = outbox.ErrMetadataTooLarge
 )
 
 // wrapDB wraps a database error with op, adding ErrClosed for a closed handle

@@ -75,7 +75,7 @@ func setup(t *testing.T, b testenv.Backend, db *gorm.DB) *env {
 	require.NoError(t, outbox.Migrate(ctx, db))
 	require.NoError(t, db.AutoMigrate(&Account{}))
 	st := testenv.NewStamper(epoch)
-	store, err := outbox.NewStore(db, &outbox.Config{Stamper: st})
+	store, err := outbox.NewStore(db, &outbox.Config{Stamper: st, Test: outbox.TestConfig{Clock: st}})
 	require.NoError(t, err)
 	units, err := uow.New(db, &uow.Config{Outbox: store, Producer: "suite"})
 	require.NoError(t, err)

@@ -90,7 +90,8 @@ func (u *UnitOfWork) Track(roots ...aggregate.Root) error {
 // a tracer or a span in ctx nothing is written.
 //
 // Errors: ErrConcurrencyConflict; ErrInvalidAggregate; outbox validation
-// errors (ErrInvalidEvent, ErrPayloadTooLarge, tenant.ErrInvalid) and
+// errors (ErrInvalidEvent, ErrPayloadTooLarge, ErrMetadataTooLarge,
+// tenant.ErrInvalid) and
 // outbox.ErrDuplicateKey; ErrDone; ErrClosed; or the database error.
 func (u *UnitOfWork) Commit(ctx context.Context) (err error) {
 	if u.done {

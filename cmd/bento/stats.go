@@ -14,7 +14,7 @@ import (
 // tenantStats is one tenant's line of `bento stats`, and its JSON form.
 type tenantStats struct {
 	Tenant string `json:"tenant"`
-	// Counts has every status, zero included.
+	// Counts has every status but sent, zero included.
 	Counts map[outbox.Status]int64 `json:"counts"`
 	// Pending counts new, publishing and failed rows.
 	Pending int64 `json:"pending"`
@@ -84,7 +84,7 @@ func collectStats(ctx context.Context, st *outbox.Store, tenant string) (*statsR
 		t := byTenant[name]
 		if t == nil {
 			t = &tenantStats{Tenant: name, Counts: map[outbox.Status]int64{}}
-			for _, s := range outbox.Statuses {
+			for _, s := range outbox.UnsentStatuses {
 				t.Counts[s] = 0
 			}
 			byTenant[name] = t
@@ -158,13 +158,13 @@ func printTenants(c *cli, rep *statsReport) error {
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(tw, "TENANT\t")
-	for _, s := range outbox.Statuses {
+	for _, s := range outbox.UnsentStatuses {
 		fmt.Fprintf(tw, "%s\t", strings.ToUpper(string(s)))
 	}
 	fmt.Fprintln(tw, "OLDEST PENDING\tPUBLISHED/MIN\tFAILED/MIN\t")
 	for _, t := range rep.Tenants {
 		fmt.Fprintf(tw, "%s\t", t.Tenant)
-		for _, s := range outbox.Statuses {
+		for _, s := range outbox.UnsentStatuses {
 			fmt.Fprintf(tw, "%d\t", t.Counts[s])
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t\n", humanAge(time.Duration(t.OldestPendingAgeSeconds*float64(time.Second))),

@@ -56,7 +56,7 @@ func TestConsoleIsMountedAtSlashConsole(t *testing.T) {
 	require.Equal(t, http.StatusOK, res.StatusCode, body)
 	assert.Contains(t, body, "<title>Overview · minishop outbox</title>")
 	// order.placed and stock.reserved were published.
-	assert.Regexp(t, `id="count-sent">2<`, body)
+	assert.Regexp(t, `id="published-total">2<`, body)
 	assert.Regexp(t, `id="count-dead">1<`, body)
 	assert.Contains(t, body, `data-name="order.placed"`)
 	assert.Equal(t, "DENY", res.Header.Get("X-Frame-Options"))

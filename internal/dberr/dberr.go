@@ -41,6 +41,17 @@ func IsUniqueViolation(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed")
 }
 
+// IsUniqueViolationOf reports whether err is a violation of the unique
+// index or constraint name. SQLite names the columns instead of the index,
+// so there err must name sqliteColumns ("table.col, table.col").
+func IsUniqueViolationOf(err error, name, sqliteColumns string) bool {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		return pg.Code == "23505" && pg.ConstraintName == name
+	}
+	return IsUniqueViolation(err) && strings.Contains(err.Error(), sqliteColumns)
+}
+
 // IsSerializationFailure reports whether err is a serialization failure or a
 // deadlock, which a retry of the whole transaction can resolve.
 func IsSerializationFailure(err error) bool {
