@@ -172,7 +172,7 @@ func (b *backlog) close() error {
 // previous one's writes.
 func (b *backlog) reload(ctx context.Context) error {
 	for _, q := range []string{
-		"TRUNCATE outbox_events",
+		emptyOutboxSQL,
 		"INSERT INTO outbox_events SELECT * FROM " + backlogTable,
 		"ANALYZE outbox_events",
 		"CHECKPOINT",

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -82,6 +83,22 @@ func (s *pgSchema) gormAs(app string, maxConns int) (*gorm.DB, error) {
 	sqlDB.SetMaxIdleConns(maxConns)
 	return db, nil
 }
+
+// emptyOutboxSQL empties outbox_events and the tables whose rows stand
+// for its rows: the partitioned layout reserves dedup keys and aggregate
+// versions in side tables that TRUNCATE's lack of row triggers would
+// leave full.
+const emptyOutboxSQL = `DO $$
+BEGIN
+    TRUNCATE outbox_events;
+    IF to_regclass('outbox_aggregate_versions') IS NOT NULL THEN
+        TRUNCATE outbox_aggregate_versions;
+    END IF;
+    IF to_regclass('outbox_dedup_keys') IS NOT NULL THEN
+        TRUNCATE outbox_dedup_keys;
+    END IF;
+END
+$$`
 
 // closeGorm closes the pool behind db.
 func closeGorm(db *gorm.DB) {
@@ -239,4 +256,44 @@ func cpuModel() string {
 		}
 	}
 	return "unknown"
+}
+
+// loadAverage returns the 1, 5 and 15 minute load averages of
+// /proc/loadavg, or nil where there is none.
+func loadAverage() []float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return nil
+	}
+	return parseLoadAvg(string(b))
+}
+
+// parseLoadAvg reads the three load averages at the start of the contents
+// of /proc/loadavg, or returns nil.
+func parseLoadAvg(s string) []float64 {
+	f := strings.Fields(s)
+	if len(f) < 3 {
+		return nil
+	}
+	out := make([]float64, 3)
+	for i := range out {
+		x, err := strconv.ParseFloat(f[i], 64)
+		if err != nil {
+			return nil
+		}
+		out[i] = x
+	}
+	return out
+}
+
+// loadText is a load average as /proc/loadavg and uptime print it.
+func loadText(l []float64) string {
+	if len(l) == 0 {
+		return "unknown"
+	}
+	s := make([]string, len(l))
+	for i, x := range l {
+		s[i] = strconv.FormatFloat(x, 'f', 2, 64)
+	}
+	return strings.Join(s, " ")
 }

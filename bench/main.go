@@ -4,13 +4,15 @@
 // commit-to-consumer latency at a steady rate (and the CPU of an idle
 // relay), the unit-of-work commit against the same GORM write without
 // events, the consumer's throughput with and without the inbox, and the
-// claim cost beside few and many sent rows. It prints medians over the
-// runs, writes them as JSON and draws charts as SVG.
+// claim cost beside few and many sent rows; on request, the claim cost with
+// events held back behind dead ones. It prints medians over the runs,
+// writes them as JSON and draws charts as SVG.
 //
 // It is its own module, so watermill-sql and the like stay out of bento's
 // go.mod. From the repository root:
 //
 //	go -C bench run . [-scenarios=drain,steady,commit,consume,claim] [-runs=3] [-events=100000]
+//	go -C bench run . -scenarios=claimheld
 //
 // It needs PostgreSQL (database "test", user postgres) and RabbitMQ; see
 // -pg and -amqp. Each run works in a fresh schema and fresh
@@ -49,14 +51,24 @@ type options struct {
 	docs           string
 	commitDuration time.Duration
 	claim          claimConfig
+	claimHeld      claimHeldConfig
 	steady         steadyConfig
 	consume        consumeConfig
 	cpuProfile     string
 	from           string
 }
 
-// allScenarios are the scenarios in the order.
+// allScenarios are the scenarios in the order, the ones a run
+// without -scenarios measures.
 var allScenarios = []string{"drain", "steady", "commit", "consume", "claim"}
+
+// moreScenarios are measured only when -scenarios names them: claimheld,
+// the claim with events held behind dead ones, a focused check of the
+// claim statement rather than of a relay.
+var moreScenarios = []string{"claimheld"}
+
+// knownScenarios are allScenarios and moreScenarios, in that order.
+func knownScenarios() []string { return slices.Concat(allScenarios, moreScenarios) }
 
 func parseFlags() (options, *env, error) {
 	var (
@@ -68,8 +80,14 @@ func parseFlags() (options, *env, error) {
 		consumers = intList{1, 8}
 		handlers  = stringList(consumeHandlers)
 		modes     = stringList(consumeModes)
+		held      = defaultClaimHeldConfig()
+		heldRows  = intList(held.Held)
+		limits    = intList(held.Limits)
+		shapes    = stringList(held.Shapes)
+		layouts   = stringList(held.Layouts)
 	)
-	flag.StringVar(&scenarios, "scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios to run: "+strings.Join(allScenarios, ", "))
+	flag.StringVar(&scenarios, "scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios to run: "+
+		strings.Join(knownScenarios(), ", ")+" (the default is all but "+strings.Join(moreScenarios, ", ")+")")
 	flag.IntVar(&o.runs, "runs", 3, "repetitions of each scenario; the tables show medians")
 	flag.IntVar(&o.events, "events", 100000, "events in the drain backlog (Watermill's forwarder relays at most 20,000 of them)")
 	flag.StringVar(&o.out, "out", "", "directory for the results JSON and the charts (default: the results folder beside this program)")
@@ -79,6 +97,15 @@ func parseFlags() (options, *env, error) {
 	flag.IntVar(&o.claim.SentSmall, "claim-sent-small", 10000, "sent rows beside them, first measurement")
 	flag.IntVar(&o.claim.SentLarge, "claim-sent-large", 1000000, "sent rows beside them, second measurement")
 	flag.IntVar(&o.claim.Claims, "claims", 200, "claims measured at each size")
+	flag.Var(&heldRows, "claimheld-held", "claimheld: events held back behind dead ones, one measurement each, comma-separated; the smallest is the base")
+	flag.IntVar(&held.Ready, "claimheld-ready", held.Ready, "claimheld: ready rows of other aggregates beside them")
+	flag.IntVar(&held.PerAggregate, "claimheld-per-aggregate", held.PerAggregate, "claimheld: held events behind each dead one in the shape many")
+	flag.Var(&limits, "claimheld-limits", "claimheld: rows per claim, comma-separated")
+	flag.IntVar(&held.Claims, "claimheld-claims", held.Claims, "claimheld: timed claims per measurement")
+	flag.DurationVar(&held.Budget, "claimheld-budget", held.Budget, fmt.Sprintf(
+		"claimheld: time after which a measurement stops timing claims, once it timed %d", claimHeldMinClaims))
+	flag.Var(&shapes, "claimheld-shapes", "claimheld: one (one dead event, every held event behind it), many (-claimheld-per-aggregate behind each)")
+	flag.Var(&layouts, "claimheld-layouts", "claimheld: plain, partitioned (outbox.MigrateWith, daily partitions)")
 	flag.Var(&rates, "steady-rates", "steady: events per second offered, comma-separated")
 	flag.DurationVar(&o.steady.Duration, "steady-duration", 10*time.Second, "steady: measured time at each rate")
 	flag.DurationVar(&o.steady.Warmup, "steady-warmup", 2*time.Second, "steady: time at each rate before measuring")
@@ -100,11 +127,13 @@ func parseFlags() (options, *env, error) {
 	o.claim.Limit = 100
 	o.steady.Rates, o.steady.PeerPolls = rates, polls
 	o.consume.Concurrency, o.consume.Handlers, o.consume.Modes = consumers, handlers, modes
+	held.Held, held.Limits, held.Shapes, held.Layouts = heldRows, limits, shapes, layouts
+	o.claimHeld = held
 
 	for _, s := range strings.Split(scenarios, ",") {
 		s = strings.TrimSpace(s)
-		if !slices.Contains(allScenarios, s) {
-			return o, nil, fmt.Errorf("unknown scenario %q (want %s)", s, strings.Join(allScenarios, ", "))
+		if !slices.Contains(knownScenarios(), s) {
+			return o, nil, fmt.Errorf("unknown scenario %q (want %s)", s, strings.Join(knownScenarios(), ", "))
 		}
 		if !slices.Contains(o.scenarios, s) {
 			o.scenarios = append(o.scenarios, s)
@@ -124,6 +153,9 @@ func parseFlags() (options, *env, error) {
 		errs = append(errs, errors.New("-claim-sent-large is below -claim-sent-small"))
 	}
 	errs = append(errs, o.steady.validate(), o.consume.validate())
+	if slices.Contains(o.scenarios, "claimheld") {
+		errs = append(errs, o.claimHeld.validate())
+	}
 	if err := errors.Join(errs...); err != nil {
 		return o, nil, err
 	}
@@ -185,6 +217,7 @@ func run() error {
 
 	rep := &Report{
 		Started:   time.Now().UTC(),
+		LoadStart: loadAverage(),
 		Command:   strings.Join(os.Args[1:], " "),
 		Scenarios: o.scenarios,
 		Runs:      o.runs,
@@ -192,8 +225,8 @@ func run() error {
 	if rep.Machine, err = e.machine(ctx); err != nil {
 		return err
 	}
-	progress("machine: %s, %d cores, %s, PostgreSQL %s, %s", rep.Machine.CPU, rep.Machine.Cores,
-		rep.Machine.Go, rep.Machine.PostgreSQL, rep.Machine.RabbitMQ)
+	progress("machine: %s, %d cores, %s, PostgreSQL %s, %s; load average %s", rep.Machine.CPU, rep.Machine.Cores,
+		rep.Machine.Go, rep.Machine.PostgreSQL, rep.Machine.RabbitMQ, loadText(rep.LoadStart))
 
 	has := func(s string) bool { return slices.Contains(o.scenarios, s) }
 	variants := drainVariants(e)
@@ -203,6 +236,7 @@ func run() error {
 		payload    float64
 		commitRuns [][]commitResult
 		claimRuns  [][]claimPoint
+		heldRuns   [][]claimHeldPoint
 		steadyRuns []steadyResult
 		consRuns   []consumeResult
 	)
@@ -274,6 +308,16 @@ func run() error {
 			}
 			claimRuns = append(claimRuns, res)
 		}
+		if has("claimheld") {
+			c := o.claimHeld
+			progress("run %d/%d claimheld: %s held rows beside %d ready, limits %s, %d claims each, shapes %s, tables %s", r, o.runs,
+				intsText(c.Held), c.Ready, intsText(c.Limits), c.Claims, strings.Join(c.Shapes, ","), strings.Join(c.Layouts, ","))
+			res, err := runClaimHeld(ctx, e, c, func(s string) { progress("  %s", s) })
+			if err != nil {
+				return fmt.Errorf("claimheld: %w", err)
+			}
+			heldRuns = append(heldRuns, res)
+		}
 	}
 
 	if has("drain") {
@@ -291,8 +335,12 @@ func run() error {
 	if has("claim") {
 		rep.Claim = summarizeClaim(claimRuns, o.claim)
 	}
+	if has("claimheld") {
+		rep.ClaimHeld = summarizeClaimHeld(heldRuns, o.claimHeld)
+	}
 	rep.Targets = rep.targets()
 	rep.Finished = time.Now().UTC()
+	rep.LoadEnd = loadAverage()
 	printReport(os.Stdout, rep)
 	return writeOutputs(rep, o)
 }

@@ -35,3 +35,20 @@ func TestSummarize(t *testing.T) {
 		t.Errorf("summarize = %+v", s)
 	}
 }
+
+func TestParseLoadAvg(t *testing.T) {
+	t.Parallel()
+	got := parseLoadAvg("3.41 1.71 0.67 2/345 12345\n")
+	if len(got) != 3 || got[0] != 3.41 || got[2] != 0.67 {
+		t.Errorf("parseLoadAvg = %v, want [3.41 1.71 0.67]", got)
+	}
+	if got := parseLoadAvg("3.41 x"); got != nil {
+		t.Errorf("parseLoadAvg of a short line = %v, want nil", got)
+	}
+	if s := loadText(nil); s != "unknown" {
+		t.Errorf("loadText(nil) = %q", s)
+	}
+	if s := loadText([]float64{3.414, 1, 0.5}); s != "3.41 1.00 0.50" {
+		t.Errorf("loadText = %q", s)
+	}
+}

@@ -355,7 +355,7 @@ func (b *steadyBed) close() {
 // reset empties the outbox and checkpoints, so each measurement starts
 // alike.
 func (b *steadyBed) reset(ctx context.Context) error {
-	for _, q := range []string{"TRUNCATE outbox_events", "CHECKPOINT"} {
+	for _, q := range []string{emptyOutboxSQL, "CHECKPOINT"} {
 		if err := b.db.WithContext(ctx).Exec(q).Error; err != nil {
 			return err
 		}
