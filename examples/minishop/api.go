@@ -16,10 +16,18 @@ import (
 	"github.com/bentoevents/bento/uow"
 )
 
-// maxBody is the largest request body accepted.
-const maxBody = 1 << 20
-
-// handler returns minishop's HTTP API. Every POST honours Idempotency-Key:
+// handler returns minishop's HTTP API.
+//
+// POST /orders takes one JSON object, {"customer_id":"c1","items":[{"sku":
+// "apple","qty":2}]}, sent as application/json (415 otherwise) in at most
+// maxBody bytes (413). A body that is not exactly that (invalid UTF-8, a
+// syntax error, data after the object, a member given twice, an unknown
+// member, a value of the wrong type) gets 400; a well-formed order the shop
+// refuses gets 422: a customer id that is not 1 to 64 bytes of printable
+// UTF-8, no items or more than 100, a quantity outside 1..1000, an unknown
+// sku. Errors are RFC 9457 problem+json; bad input never gets a 5xx.
+//
+// Every POST honours Idempotency-Key:
 // its unit of work joins the ledger's transaction, so the state change and
 // the stored response commit together. The operator console (package
 // console) is mounted at /console/, read-write with payloads hidden; a real
@@ -47,10 +55,18 @@ func (a *App) handler() (http.Handler, error) {
 	return mux, nil
 }
 
+// itemJSON is an order line as the API shows it; requests give sku and qty
+// only (orderLineJSON).
 type itemJSON struct {
 	SKU        string `json:"sku"`
 	Qty        int    `json:"qty"`
-	PriceCents int64  `json:"price_cents,omitempty"`
+	PriceCents int64  `json:"price_cents"`
+}
+
+// orderLineJSON is an order line as a request gives it.
+type orderLineJSON struct {
+	SKU string `json:"sku"`
+	Qty int    `json:"qty"`
 }
 
 type orderJSON struct {
@@ -72,17 +88,11 @@ func viewOrder(o *order.Order) orderJSON {
 
 func (a *App) postOrder(w http.ResponseWriter, r *http.Request) {
 	var req struct {
-		CustomerID string     `json:"customer_id"`
-		Items      []itemJSON `json:"items"`
+		CustomerID string          `json:"customer_id"`
+		Items      []orderLineJSON `json:"items"`
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			problem(w, http.StatusRequestEntityTooLarge, "Request body too large", "the body is over 1 MiB")
-			return
-		}
-		problem(w, http.StatusBadRequest, "Malformed JSON", err.Error())
+	if bad := decodeJSON(w, r, &req); bad != nil {
+		problem(w, bad.status, bad.title, bad.detail)
 		return
 	}
 	items := make([]order.Item, len(req.Items))
@@ -119,8 +129,15 @@ func (a *App) postCancel(w http.ResponseWriter, r *http.Request) {
 // commandError maps a command's error to its problem response.
 func (a *App) commandError(w http.ResponseWriter, err error) {
 	switch {
-	case errors.Is(err, order.ErrNoItems), errors.Is(err, order.ErrBadQuantity),
-		errors.Is(err, order.ErrUnknownSKU), errors.Is(err, order.ErrNoCustomer):
+	case errors.Is(err, order.ErrNoItems), errors.Is(err, order.ErrTooManyItems), errors.Is(err, order.ErrBadQuantity),
+		errors.Is(err, order.ErrUnknownSKU), errors.Is(err, order.ErrNoCustomer), errors.Is(err, order.ErrBadCustomer),
+		errors.Is(err, order.ErrOverflow):
+		problem(w, http.StatusUnprocessableEntity, "Invalid order", err.Error())
+	case errors.Is(err, uow.ErrPayloadTooLarge), errors.Is(err, uow.ErrMetadataTooLarge):
+		// The body limit keeps every accepted order's event under the
+		// outbox's limits; should one still be over, retrying cannot help.
+		problem(w, http.StatusRequestEntityTooLarge, "Order too large", err.Error())
+	case errors.Is(err, uow.ErrInvalidEvent):
 		problem(w, http.StatusUnprocessableEntity, "Invalid order", err.Error())
 	case errors.Is(err, uow.ErrNotFound):
 		problem(w, http.StatusNotFound, "Order not found", err.Error())

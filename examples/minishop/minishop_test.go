@@ -133,6 +133,12 @@ func call(t *testing.T, method, url, body string, header map[string]string) resp
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
+	return do(t, req)
+}
+
+// do sends req and reads the whole response.
+func do(t *testing.T, req *http.Request) response {
+	t.Helper()
 	res, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer res.Body.Close()
@@ -249,7 +255,7 @@ func TestErrorStatuses(t *testing.T) {
 	check("qty < 1", call(t, "POST", p.url+"/orders", `{"customer_id":"c1","items":[{"sku":"tea","qty":0}]}`, nil), 422)
 	check("unknown sku", call(t, "POST", p.url+"/orders", `{"customer_id":"c1","items":[{"sku":"durian","qty":1}]}`, nil), 422)
 	huge := `{"customer_id":"` + strings.Repeat("x", 1<<20) + `","items":[{"sku":"tea","qty":1}]}`
-	check("body over 1 MiB", call(t, "POST", p.url+"/orders", huge, nil), 413)
+	check("body over the limit", call(t, "POST", p.url+"/orders", huge, nil), 413)
 	check("pay unknown", call(t, "POST", p.url+"/orders/nope/pay", "", nil), 404)
 	check("cancel unknown", call(t, "POST", p.url+"/orders/nope/cancel", "", nil), 404)
 	check("get unknown", call(t, "GET", p.url+"/orders/nope", "", nil), 404)

@@ -6,6 +6,9 @@ package order
 import (
 	"errors"
 	"fmt"
+	"math"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/bentoevents/bento/aggregate"
 )
@@ -20,11 +23,23 @@ const (
 // Errors returned by the order's methods.
 var (
 	ErrNoItems       = errors.New("order: an order needs at least one item")
-	ErrBadQuantity   = errors.New("order: quantity must be at least 1")
+	ErrTooManyItems  = fmt.Errorf("order: an order has at most %d items", MaxItems)
+	ErrBadQuantity   = fmt.Errorf("order: quantity must be from 1 to %d", MaxQty)
 	ErrUnknownSKU    = errors.New("order: unknown sku")
 	ErrNoCustomer    = errors.New("order: customer id is required")
+	ErrBadCustomer   = fmt.Errorf("order: customer id must be at most %d bytes of printable UTF-8", MaxCustomerIDLen)
+	ErrOverflow      = errors.New("order: amount out of range")
 	ErrNotPayable    = errors.New("order: only a placed order can be paid")
 	ErrNotCancelable = errors.New("order: only a placed order can be cancelled")
+)
+
+// Bounds of an order, documented in the API: at most MaxItems lines, each
+// of 1 to MaxQty units, for a customer id of 1 to MaxCustomerIDLen bytes of
+// printable UTF-8.
+const (
+	MaxItems         = 100
+	MaxQty           = 1000
+	MaxCustomerIDLen = 64
 )
 
 // Catalog maps a sku to its unit price in cents.
@@ -89,28 +104,74 @@ func (OrderCancelled) EventType() string { return "order.cancelled" }
 // Place prices the items from the catalog and returns a new order with the
 // given id, recording OrderPlaced. s may be nil for the system clock.
 func Place(id, customerID string, lines []Item, catalog Catalog, s aggregate.Stamper) (*Order, error) {
-	if customerID == "" {
-		return nil, ErrNoCustomer
+	if err := checkCustomerID(customerID); err != nil {
+		return nil, err
 	}
-	if len(lines) == 0 {
+	switch {
+	case len(lines) == 0:
 		return nil, ErrNoItems
+	case len(lines) > MaxItems:
+		return nil, fmt.Errorf("%w: it has %d", ErrTooManyItems, len(lines))
 	}
 	o := &Order{CustomerID: customerID, Status: StatusPlaced}
 	o.ID = id
 	o.SetStamper(s)
 	for _, l := range lines {
-		if l.Qty < 1 {
-			return nil, fmt.Errorf("%w: %s has quantity %d", ErrBadQuantity, l.SKU, l.Qty)
+		if l.Qty < 1 || l.Qty > MaxQty {
+			return nil, fmt.Errorf("%w: %q has quantity %d", ErrBadQuantity, l.SKU, l.Qty)
 		}
 		price, ok := catalog[l.SKU]
 		if !ok {
 			return nil, fmt.Errorf("%w: %q", ErrUnknownSKU, l.SKU)
 		}
+		line, err := mulCents(price, int64(l.Qty))
+		if err == nil {
+			o.TotalCents, err = addCents(o.TotalCents, line)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: the total of %q", err, l.SKU)
+		}
 		o.Items = append(o.Items, Item{SKU: l.SKU, Qty: l.Qty, PriceCents: price})
-		o.TotalCents += price * int64(l.Qty)
 	}
 	o.Record(OrderPlaced{OrderID: id, CustomerID: customerID, Items: o.Items, TotalCents: o.TotalCents})
 	return o, nil
+}
+
+// checkCustomerID returns ErrNoCustomer or ErrBadCustomer for an id that
+// is empty, too long, not UTF-8 or holds a control or invisible format
+// character: two ids that print alike must be the same id.
+func checkCustomerID(id string) error {
+	switch {
+	case id == "":
+		return ErrNoCustomer
+	case len(id) > MaxCustomerIDLen:
+		return fmt.Errorf("%w: it is %d bytes", ErrBadCustomer, len(id))
+	case !utf8.ValidString(id):
+		return fmt.Errorf("%w: it is not valid UTF-8", ErrBadCustomer)
+	}
+	for _, r := range id {
+		if !unicode.IsPrint(r) && r != ' ' {
+			return fmt.Errorf("%w: it holds %U", ErrBadCustomer, r)
+		}
+	}
+	return nil
+}
+
+// mulCents returns a*b, or ErrOverflow when it does not fit an int64.
+// Amounts here are never negative.
+func mulCents(a, b int64) (int64, error) {
+	if a < 0 || b < 0 || (b != 0 && a > math.MaxInt64/b) {
+		return 0, ErrOverflow
+	}
+	return a * b, nil
+}
+
+// addCents returns a+b, or ErrOverflow when it does not fit an int64.
+func addCents(a, b int64) (int64, error) {
+	if a < 0 || b < 0 || a > math.MaxInt64-b {
+		return 0, ErrOverflow
+	}
+	return a + b, nil
 }
 
 // Pay marks a placed order paid for its total, recording OrderPaid.

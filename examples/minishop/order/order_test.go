@@ -1,6 +1,8 @@
 package order_test
 
 import (
+	"math"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -35,6 +37,13 @@ func TestPlaceRejectsBadInput(t *testing.T) {
 		{"", []order.Item{{SKU: "apple", Qty: 1}}, order.ErrNoCustomer},
 		{"c1", []order.Item{{SKU: "apple", Qty: 0}}, order.ErrBadQuantity},
 		{"c1", []order.Item{{SKU: "durian", Qty: 1}}, order.ErrUnknownSKU},
+		{"c1", []order.Item{{SKU: "coffee", Qty: order.MaxQty + 1}}, order.ErrBadQuantity},
+		{"c1", []order.Item{{SKU: "coffee", Qty: math.MaxInt}}, order.ErrBadQuantity},
+		{"c1", make([]order.Item, order.MaxItems+1), order.ErrTooManyItems},
+		{strings.Repeat("c", order.MaxCustomerIDLen+1), []order.Item{{SKU: "apple", Qty: 1}}, order.ErrBadCustomer},
+		{"c\xff", []order.Item{{SKU: "apple", Qty: 1}}, order.ErrBadCustomer},
+		{"c\u200b1", []order.Item{{SKU: "apple", Qty: 1}}, order.ErrBadCustomer},
+		{"c\n1", []order.Item{{SKU: "apple", Qty: 1}}, order.ErrBadCustomer},
 	}
 	for _, c := range cases {
 		_, err := order.Place("o-1", c.customer, c.items, cat, nil)
@@ -60,4 +69,22 @@ func TestPayAndCancelFollowTheStateMachine(t *testing.T) {
 	require.NoError(t, c.Cancel())
 	assert.Equal(t, order.StatusCancelled, c.Status)
 	require.ErrorIs(t, c.Pay(), order.ErrNotPayable)
+}
+
+// TestTotalNeverOverflows prices the largest order a catalog allows: a
+// price that would overflow the total is refused with ErrOverflow, never
+// wrapped around to a negative amount.
+func TestTotalNeverOverflows(t *testing.T) {
+	t.Parallel()
+	cat := order.Catalog{"gold": math.MaxInt64 / 1000}
+	o, err := order.Place("o-1", "c1", []order.Item{{SKU: "gold", Qty: 1000}}, cat, nil)
+	require.NoError(t, err)
+	assert.Equal(t, int64(math.MaxInt64/1000*1000), o.TotalCents)
+
+	_, err = order.Place("o-2", "c1", []order.Item{{SKU: "gold", Qty: 1000}, {SKU: "gold", Qty: 1}}, cat, nil)
+	require.ErrorIs(t, err, order.ErrOverflow)
+
+	cat["gold"] = math.MaxInt64/999 + 1
+	_, err = order.Place("o-3", "c1", []order.Item{{SKU: "gold", Qty: 999}}, cat, nil)
+	require.ErrorIs(t, err, order.ErrOverflow)
 }
