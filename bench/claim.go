@@ -249,9 +249,10 @@ func (t *sqlTimer) Trace(_ context.Context, begin time.Time, fc func() (string, 
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	switch {
-	case strings.HasPrefix(sql, "WITH ready AS"):
+	case strings.HasPrefix(sql, "WITH cand AS"):
 		t.claim += d
-	case strings.HasPrefix(sql, "UPDATE outbox_events") && strings.Contains(sql, "status = 'sent'"):
+	case strings.HasPrefix(sql, "UPDATE outbox_events") && strings.Contains(sql, "status = 'sent'"),
+		strings.HasPrefix(sql, "UPDATE outbox_events SET held = false"):
 		t.settle += d
 	}
 }

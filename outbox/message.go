@@ -84,6 +84,11 @@ type Message struct {
 	// SizeBytes is the payload's and metadata's size as written, what the
 	// projector's batch byte budget counts.
 	SizeBytes int
+	// NextWaits is set on a row Claim returns when a later event of its
+	// aggregate is still to be sent: settling this row is what lets that
+	// one go, so a relay should claim again at once instead of sleeping
+	// after a short batch. Not stored.
+	NextWaits bool `gorm:"-"`
 
 	// prepared is set by Store.Prepare, so Insert does not fill in and
 	// validate the same messages twice (a unit of work prepares before its

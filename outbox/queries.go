@@ -92,15 +92,20 @@ func dueFilter(byTenant bool) string {
 // pgClaimSQL is PostgreSQL's claim: one statement that looks at the first
 // @scan due rows (skipping rows other claimers lock), leases up to @limit of
 // those that are first in line for their aggregate and within the byte
-// budget, and marks held those waiting behind an earlier event. @scan is
-// @limit, larger only when the previous round held rows back (Claim). Each result row starts with a flag: true for a row it
-// held back (payload and metadata left out), false for a claimed one.
+// budget, and marks held those waiting behind an earlier event that it
+// cannot take itself (dead, in backoff, leased to another projector, or
+// held): a row waiting behind a row the claim may take, or behind one the
+// same worker leased in an earlier round, is due again as soon as that row
+// is settled, so it is left as it is, and the claimed row says so
+// (nextWaits). @scan is @limit, larger only when the previous
+// round held rows back (Claim). Each result row starts with a flag: true
+// for a row it held back (payload and metadata left out), false for a
+// claimed one; it ends with nextWaits (false for a held row).
 //
 // Holding a row back is safe against a concurrent MarkSent of the event
 // that blocks it: the claim holds back a row only while it holds a share
 // lock on one of its unsent predecessors, so that predecessor cannot leave
-// (be marked sent or deleted) until the claim commits (a predecessor among
-// the claim's own candidates is locked already, FOR UPDATE); the statement that
+// (be marked sent or deleted) until the claim commits; the statement that
 // lets it leave then promotes the aggregate's first held row (promoteSQL)
 // in a later statement of its transaction, which sees the held flag. A
 // predecessor that is locked by someone else is skipped, and the row is
@@ -127,21 +132,36 @@ func pgClaimSQL(byTenant bool) string {
          row_number() OVER (ORDER BY j.available_at, j.id) AS n
   FROM judged j
   WHERE NOT j.blocked
-), held AS (
-  UPDATE outbox_events SET held = true
-  FROM judged j
-  WHERE outbox_events.id = j.id
-    AND outbox_events.created_at = j.created_at
-    AND outbox_events.status IN ('new', 'publishing', 'failed')
-    AND j.blocked
-    AND (EXISTS (
-        SELECT 1 FROM cand p
-        WHERE p.tenant_id = j.tenant_id
+), waits AS MATERIALIZED (
+  -- Blocked rows that wait for nothing the claim may take itself, nor for
+  -- a row this worker leased in an earlier round: the rows to hold back.
+  -- Materialised, so the row locks below are taken for these rows only.
+  SELECT j.* FROM judged j
+  WHERE j.blocked
+    AND NOT EXISTS (
+        SELECT 1 FROM judged p
+        WHERE NOT p.blocked
+          AND p.tenant_id = j.tenant_id
           AND p.aggregate_type = j.aggregate_type
           AND p.aggregate_id = j.aggregate_id
           AND p.aggregate_version < j.aggregate_version)
-      OR ` + blocked("j", "\n        FOR SHARE SKIP LOCKED") + `)
-  RETURNING true, ` + heldColumns + `
+    AND NOT EXISTS (
+        SELECT 1 FROM outbox_events p
+        WHERE p.tenant_id = j.tenant_id
+          AND p.aggregate_type = j.aggregate_type
+          AND p.aggregate_id = j.aggregate_id
+          AND p.aggregate_version < j.aggregate_version
+          AND p.status = 'publishing'
+          AND p.locked_by = @worker
+          AND p.aggregate_id <> '')
+), held AS (
+  UPDATE outbox_events SET held = true
+  FROM waits j
+  WHERE outbox_events.id = j.id
+    AND outbox_events.created_at = j.created_at
+    AND outbox_events.status IN ('new', 'publishing', 'failed')
+    AND ` + blocked("j", "\n        FOR SHARE SKIP LOCKED") + `
+  RETURNING true, ` + heldColumns + `, false
 ), claimed AS (
   UPDATE outbox_events SET ` + claimSet + `
   FROM budget b
@@ -150,7 +170,7 @@ func pgClaimSQL(byTenant bool) string {
     AND outbox_events.status IN ('new', 'publishing', 'failed')
     AND b.n <= @limit
     AND ` + withinBudget + `
-  RETURNING false, ` + returningColumns + `
+  RETURNING false, ` + returningColumns + `, ` + nextWaits + `
 )
 SELECT * FROM claimed
 UNION ALL
@@ -187,8 +207,21 @@ WHERE id IN (
       ORDER BY o.available_at, o.id
       LIMIT @limit) c) b
   WHERE ` + withinBudget + `)
-RETURNING false, ` + returningColumns
+RETURNING false, ` + returningColumns + `, ` + nextWaits
 }
+
+// nextWaits is true for a claimed row when a later event of its aggregate
+// is still to be sent (new, failed or held): settling the row is what lets
+// that one go, so the relay should claim again at once (Message.NextWaits).
+// It reads the same index as the order check.
+const nextWaits = `EXISTS (
+    SELECT 1 FROM outbox_events s
+    WHERE s.tenant_id = outbox_events.tenant_id
+      AND s.aggregate_type = outbox_events.aggregate_type
+      AND s.aggregate_id = outbox_events.aggregate_id
+      AND s.aggregate_version > outbox_events.aggregate_version
+      AND s.status IN ('new', 'publishing', 'failed', 'dead')
+      AND s.aggregate_id <> '')`
 
 // returningColumns are the columns a claim returns, in the order
 // scanMessage reads them.

@@ -82,8 +82,9 @@ func (s *Store) Claim(ctx context.Context, opts ClaimOpts) ([]*Message, error) {
 		"max_bytes":  maxBytes,
 		"first_free": true,
 	}
-	// Rows held back do not count against the limit: claim again for the
-	// rest while the last round held some back.
+	// Rows held back, and rows waiting behind the claim's own rows, do not
+	// count against the limit: while the last round held some back or left
+	// some waiting, claim again for the rest, looking further ahead.
 	var out []*Message
 	for {
 		got, held, err := s.claimOnce(ctx, args, opts.Tenant != "")
@@ -91,15 +92,19 @@ func (s *Store) Claim(ctx context.Context, opts ClaimOpts) ([]*Message, error) {
 			return nil, wrapDB("outbox: claim", err)
 		}
 		out = append(out, got...)
+		waiting := false
 		for _, m := range got {
 			maxBytes -= int64(m.SizeBytes)
+			waiting = waiting || m.NextWaits
 		}
-		if held == 0 || len(out) >= opts.Limit || maxBytes <= 0 {
+		more := held > 0 || waiting && len(got) > 0 && args["scan"].(int) < maxScan
+		if !more || len(out) >= opts.Limit || maxBytes <= 0 {
 			break
 		}
 		args["limit"] = opts.Limit - len(out)
-		// In a pile-up, look further ahead each round, so rows piled up
-		// behind a few events cost rounds of growing size, not one each.
+		// Look further ahead each round, so rows piled up behind a few
+		// events, or a few busy aggregates' later versions, cost rounds of
+		// growing size, not one each.
 		args["scan"] = min(max(2*args["scan"].(int), args["limit"].(int)), maxScan)
 		args["max_bytes"] = maxBytes
 		args["first_free"] = len(out) == 0
@@ -148,7 +153,7 @@ func (s *Store) claimOnce(ctx context.Context, args map[string]any, byTenant boo
 }
 
 // scanClaimed reads one row of a claim: the held-back flag, then
-// returningColumns. It replaces GORM's reflection-driven Scan on the
+// returningColumns, then nextWaits. It replaces GORM's reflection-driven Scan on the
 // relay's hot path, where that was most of a claim's CPU in the relay
 // process.
 func scanClaimed(rows *sql.Rows) (*Message, bool, error) {
@@ -158,7 +163,7 @@ func scanClaimed(rows *sql.Rows) (*Message, bool, error) {
 	err := rows.Scan(&held, &m.ID, &m.TenantID, &m.Topic, &m.AggregateType, &m.AggregateID, &m.AggregateVersion,
 		&m.SchemaVersion, &m.Payload, &m.Metadata, &m.OccurredAt, &m.CreatedAt, &status,
 		&m.Attempts, &m.AvailableAt, &m.LockedBy, &m.LockedUntil, &m.LastError, &m.PublishedAt,
-		&m.FailedAt, &m.DedupKey, &m.SizeBytes)
+		&m.FailedAt, &m.DedupKey, &m.SizeBytes, &m.NextWaits)
 	m.Status = Status(status)
 	m.Held = held
 	return m, held, err

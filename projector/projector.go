@@ -122,7 +122,7 @@ func (r *Result) add(o Result) {
 func (p *OutboxProjector) Drain(ctx context.Context) (Result, error) {
 	var total Result
 	for {
-		r, err := p.batch(ctx)
+		r, _, err := p.batch(ctx)
 		total.add(r)
 		if err != nil {
 			return total, err
@@ -176,16 +176,19 @@ func (p *OutboxProjector) Run(ctx context.Context) error {
 		"tenant", p.cfg.Tenant, "notify", p.notify)
 	errDelay := p.cfg.BusySleep
 	for ctx.Err() == nil {
-		r, err := p.batch(ctx)
+		r, more, err := p.batch(ctx)
 		var sleep time.Duration
 		switch {
 		case err != nil && ctx.Err() == nil:
 			p.log.Error("relay batch failed", "err", err)
 			errDelay = min(max(2*errDelay, 50*time.Millisecond), p.cfg.IdleSleep)
 			sleep = errDelay
-		case r.Claimed == p.cfg.BatchSize:
+		case r.Claimed == p.cfg.BatchSize || more:
+			// Working through a backlog, or settling the batch made later
+			// events of its aggregates due: claim again at once. Writers
+			// need not notify meanwhile.
 			errDelay = p.cfg.BusySleep
-			rs.busy(ctx) // working through a backlog: writers need not notify
+			rs.busy(ctx)
 			continue
 		case r.Claimed > 0:
 			errDelay = p.cfg.BusySleep
@@ -336,19 +339,20 @@ const settleTimeout = 10 * time.Second
 // batch claims, publishes and settles one batch. It tries to record every
 // outcome even when recording one fails, the confirmed publishes first (a
 // row left leased after its publish was confirmed would be published again
-// when the lease ends), and returns the errors joined.
-func (p *OutboxProjector) batch(ctx context.Context) (Result, error) {
-	var r Result
+// when the lease ends), and returns the errors joined. more reports that a
+// claimed row had a later event of its aggregate waiting behind it, which
+// settling the batch made due.
+func (p *OutboxProjector) batch(ctx context.Context) (r Result, more bool, err error) {
 	rows, err := p.store.Claim(ctx, outbox.ClaimOpts{
 		Worker: p.cfg.WorkerID, Limit: p.cfg.BatchSize, Lease: p.cfg.Lease, Tenant: p.cfg.Tenant,
 		MaxBytes: p.cfg.MaxBatchBytes,
 	})
 	if err != nil {
-		return r, err
+		return r, false, err
 	}
 	r.Claimed = len(rows)
 	if len(rows) == 0 {
-		return r, nil
+		return r, false, nil
 	}
 	outcomes := p.publish(ctx, rows)
 
@@ -365,6 +369,7 @@ func (p *OutboxProjector) batch(ctx context.Context) (Result, error) {
 		switch err := outcomes[i]; {
 		case err == nil:
 			sent = append(sent, row.ID)
+			more = more || row.NextWaits
 			p.metrics.sent(row.Topic, row.OccurredAt, now)
 		case errors.Is(err, errNotTried):
 			untried = append(untried, row.ID)
@@ -406,7 +411,7 @@ func (p *OutboxProjector) batch(ctx context.Context) (Result, error) {
 			r.Released = len(untried)
 		}
 	}
-	return r, errors.Join(errs...)
+	return r, more, errors.Join(errs...)
 }
 
 var errNotTried = errors.New("not tried")
