@@ -465,7 +465,7 @@ func (t *phaseTimer) Trace(_ context.Context, begin time.Time, fc func() (string
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	switch {
-	case strings.HasPrefix(q, "WITH ready AS"):
+	case strings.HasPrefix(q, "WITH cand AS"):
 		t.claim = append(t.claim, d)
 		t.claimedRows += rows
 	case strings.HasPrefix(q, "UPDATE outbox_events") && strings.Contains(q, "status = 'sent'"):
