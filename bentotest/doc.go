@@ -8,7 +8,7 @@
 //
 //	env := bentotest.New(t, nil)
 //	env.Migrate(t, &Order{})
-//	notifications := env.Consumer("notification")
+//	notifications := env.MustConsumer(t, "notification")
 //	inbox.Handle(notifications, handleOrderPaid)
 //	env.Start(t, notifications)
 //

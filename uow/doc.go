@@ -13,7 +13,7 @@
 //		if err != nil {
 //			return err
 //		}
-//		return order.Pay(amount) // records OrderPaid
+//		return order.Pay() // records OrderPaid
 //	})
 //
 // Run begins a transaction, calls the function, and commits: every tracked
