@@ -76,10 +76,13 @@ type orderJSON struct {
 	Items      []itemJSON `json:"items"`
 	TotalCents int64      `json:"total_cents"`
 	Version    int64      `json:"version"`
+	// CancelReason says why the shop cancelled the order.
+	CancelReason string `json:"cancel_reason,omitempty"`
 }
 
 func viewOrder(o *order.Order) orderJSON {
-	v := orderJSON{ID: o.ID, Status: o.Status, CustomerID: o.CustomerID, TotalCents: o.TotalCents, Version: o.Version}
+	v := orderJSON{ID: o.ID, Status: o.Status, CustomerID: o.CustomerID, TotalCents: o.TotalCents, Version: o.Version,
+		CancelReason: o.CancelReason}
 	for _, it := range o.Items {
 		v.Items = append(v.Items, itemJSON{SKU: it.SKU, Qty: it.Qty, PriceCents: it.PriceCents})
 	}

@@ -21,7 +21,8 @@ const notificationsGroup = "minishop.notifications"
 // events no queue is bound to yet (they would go to the alternate exchange).
 var groupBindings = map[string][]string{
 	inventoryGroup:    {"order.placed", "order.cancelled"},
-	notificationGroup: {"order.paid"},
+	orderingGroup:     {"stock.rejected"},
+	notificationGroup: {"order.paid", "order.cancelled"},
 }
 
 // bus is where the projector publishes and consumer groups subscribe.

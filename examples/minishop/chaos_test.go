@@ -22,7 +22,7 @@ import (
 // groupQueues are the RabbitMQ queues of minishop's consumer groups. Their
 // names are part of minishop's contract, so the test deletes them before and
 // after it runs.
-var groupQueues = []string{"inventory", "notification", "inventory.dead", "notification.dead"}
+var groupQueues = []string{"inventory", "notification", "ordering", "inventory.dead", "notification.dead", "ordering.dead"}
 
 func deleteQueues(t *testing.T, url string, names ...string) {
 	conn, err := amqp.Dial(url)

@@ -18,10 +18,11 @@ import (
 const (
 	inventoryGroup    = "inventory"
 	notificationGroup = "notification"
+	orderingGroup     = "ordering"
 )
 
-// Notification is what the notification group records for a paid order: the
-// example's stand-in for the e-mail of seed 002.
+// Notification is what the notification group records for a paid order or
+// one the shop cancelled: the example's stand-in for an e-mail.
 type Notification struct {
 	EventID    string    `gorm:"primaryKey;size:26" json:"event_id"`
 	OrderID    string    `gorm:"size:64;index" json:"order_id"`
@@ -39,8 +40,9 @@ func (a *App) consumerConfig(group string) *inbox.ConsumerConfig {
 }
 
 // inventoryConsumer reserves stock on order.placed and releases it on
-// order.cancelled, emitting stock.reserved and stock.released. Everything it
-// changes commits with its inbox record.
+// order.cancelled, emitting stock.reserved and stock.released; an order that
+// asks for more than is available reserves nothing and emits
+// stock.rejected. Everything it changes commits with its inbox record.
 func (a *App) inventoryConsumer() (*inbox.Consumer, error) {
 	c, err := a.bus.newConsumer(a.db, a.consumerConfig(inventoryGroup))
 	if err != nil {
@@ -54,6 +56,10 @@ func (a *App) inventoryConsumer() (*inbox.Consumer, error) {
 				return err
 			}
 			r, err := inventory.Reserve(e.OrderID, items, stocks)
+			if errors.Is(err, inventory.ErrInsufficientStock) {
+				// A fact, not a failure: the ordering group cancels the order.
+				return u.Add(inventory.Reject(e.OrderID, items, err.Error()))
+			}
 			if err != nil {
 				return inbox.Permanent(err)
 			}
@@ -72,6 +78,9 @@ func (a *App) inventoryConsumer() (*inbox.Consumer, error) {
 			}
 			if err != nil {
 				return err
+			}
+			if r.Status == inventory.StatusRejected {
+				return nil // cancelled because nothing could be reserved
 			}
 			stocks, err := a.loadStocks(ctx, u, r.Items)
 			if err != nil {
@@ -113,24 +122,59 @@ func mergeItems(lines order.Items) inventory.Items {
 	return out
 }
 
-// notificationConsumer records one notification per paid order.
+// orderingConsumer cancels, with the reason, an order whose stock was
+// rejected: the chained step after the inventory's. An order already paid
+// or cancelled by then is left as it is.
+func (a *App) orderingConsumer() (*inbox.Consumer, error) {
+	c, err := a.bus.newConsumer(a.db, a.consumerConfig(orderingGroup))
+	if err != nil {
+		return nil, err
+	}
+	if err := inbox.Handle(c, func(ctx context.Context, e inventory.StockRejected, env *messaging.Envelope) error {
+		return a.units.Run(ctx, func(ctx context.Context, u *uow.UnitOfWork) error {
+			o, err := uow.Get[order.Order](ctx, u, e.OrderID)
+			if err != nil {
+				return err
+			}
+			err = o.CancelBecause("out of stock: " + e.Reason)
+			if errors.Is(err, order.ErrNotCancelable) {
+				a.log.Warn("stock rejected for an order that is no longer placed", "order", e.OrderID, "status", o.Status)
+				return nil
+			}
+			return err
+		})
+	}); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// notificationConsumer records one notification per paid order and per
+// order the shop cancelled.
 func (a *App) notificationConsumer() (*inbox.Consumer, error) {
 	c, err := a.bus.newConsumer(a.db, a.consumerConfig(notificationGroup))
 	if err != nil {
 		return nil, err
 	}
-	if err := inbox.Handle(c, func(ctx context.Context, e order.OrderPaid, env *messaging.Envelope) error {
+	notify := func(ctx context.Context, env *messaging.Envelope, orderID, text string) error {
 		db := uow.DB(ctx, a.db) // the inbox transaction
 		var o order.Order
-		if err := db.Take(&o, "id = ?", e.OrderID).Error; err != nil {
-			return fmt.Errorf("order %s: %w", e.OrderID, err)
+		if err := db.Take(&o, "id = ?", orderID).Error; err != nil {
+			return fmt.Errorf("order %s: %w", orderID, err)
 		}
-		return db.Create(&Notification{
-			EventID:    env.ID,
-			OrderID:    e.OrderID,
-			CustomerID: o.CustomerID,
-			Text:       fmt.Sprintf("Payment of %d cents received for order %s; we are packing it.", e.AmountCents, e.OrderID),
-		}).Error
+		return db.Create(&Notification{EventID: env.ID, OrderID: orderID, CustomerID: o.CustomerID, Text: text}).Error
+	}
+	if err := inbox.Handle(c, func(ctx context.Context, e order.OrderPaid, env *messaging.Envelope) error {
+		return notify(ctx, env, e.OrderID,
+			fmt.Sprintf("Payment of %d cents received for order %s; we are packing it.", e.AmountCents, e.OrderID))
+	}); err != nil {
+		return nil, err
+	}
+	if err := inbox.Handle(c, func(ctx context.Context, e order.OrderCancelled, env *messaging.Envelope) error {
+		if e.Reason == "" {
+			return nil // the customer cancelled: they know
+		}
+		return notify(ctx, env, e.OrderID, fmt.Sprintf("We are sorry: order %s is cancelled (%s).", e.OrderID, e.Reason))
 	}); err != nil {
 		return nil, err
 	}
@@ -149,6 +193,14 @@ func (a *App) inventoryRunner() (runner, error) {
 		return runner{}, err
 	}
 	return runner{name: inventoryGroup, run: c.Run}, nil
+}
+
+func (a *App) orderingRunner() (runner, error) {
+	c, err := a.orderingConsumer()
+	if err != nil {
+		return runner{}, err
+	}
+	return runner{name: orderingGroup, run: c.Run}, nil
 }
 
 func (a *App) notificationRunner() (runner, error) {

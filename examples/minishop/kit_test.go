@@ -38,6 +38,9 @@ func newKitApp(t *testing.T) (*bentotest.Env, *App) {
 	require.NoError(t, err)
 	notif, err := a.notificationConsumer()
 	require.NoError(t, err)
+	ordering, err := a.orderingConsumer()
+	require.NoError(t, err)
+	env.Start(t, ordering)
 	env.Start(t, inv)
 	env.Start(t, notif)
 	return env, a

@@ -179,7 +179,7 @@ func serve(ctx context.Context, log *slog.Logger, mode, addr, dbURL, amqpURL, pa
 		}()
 	}
 	if mode == "all" || mode == "worker" {
-		for _, mk := range []func() (runner, error){a.inventoryRunner, a.notificationRunner} {
+		for _, mk := range []func() (runner, error){a.inventoryRunner, a.orderingRunner, a.notificationRunner} {
 			c, err := mk()
 			if err != nil {
 				return err

@@ -1,6 +1,7 @@
 // Package inventory is minishop's stock: a Stock row per sku (on hand and
 // reserved) and a Reservation aggregate per order that holds the reserved
-// items and records stock.reserved and stock.released.
+// items and records stock.reserved and stock.released, or stock.rejected
+// when there is not enough available: stock never goes negative.
 package inventory
 
 import (
@@ -17,6 +18,9 @@ const SeedOnHand = 1_000_000
 var (
 	ErrAlreadyReleased = errors.New("inventory: reservation already released")
 	ErrBadQuantity     = errors.New("inventory: quantity must be at least 1")
+	// ErrInsufficientStock is returned by Reserve when a sku has fewer
+	// units on hand and not yet reserved than an order asks for.
+	ErrInsufficientStock = errors.New("inventory: not enough stock")
 )
 
 // Stock is one sku's stock. It is an aggregate so concurrent reservations of
@@ -47,6 +51,7 @@ type Items []Item
 const (
 	StatusReserved = "reserved"
 	StatusReleased = "released"
+	StatusRejected = "rejected" // nothing was reserved
 )
 
 // Reservation is the stock held for one order; its id is the order id.
@@ -79,6 +84,20 @@ type StockReleased struct {
 // EventType implements aggregate.Event.
 func (StockReleased) EventType() string { return "stock.released" }
 
+// StockRejected is recorded when an order asks for more than is available;
+// nothing is reserved. Wire: {"order_id","items":[{"sku","qty"}],"reason"}.
+type StockRejected struct {
+	OrderID string `json:"order_id"`
+	Items   Items  `json:"items"`
+	Reason  string `json:"reason"`
+}
+
+// EventType implements aggregate.Event.
+func (StockRejected) EventType() string { return "stock.rejected" }
+
+// Available is what can still be reserved: on hand and not reserved.
+func (s *Stock) Available() int64 { return s.OnHand - s.Reserved }
+
 // Reserve reserves items for orderID against stocks (one per sku, in items'
 // order) and returns the new reservation, recording StockReserved.
 func Reserve(orderID string, items Items, stocks []*Stock) (*Reservation, error) {
@@ -89,12 +108,26 @@ func Reserve(orderID string, items Items, stocks []*Stock) (*Reservation, error)
 		if it.Qty < 1 {
 			return nil, fmt.Errorf("%w: %s has %d", ErrBadQuantity, it.SKU, it.Qty)
 		}
+		if int64(it.Qty) > stocks[i].Available() {
+			return nil, fmt.Errorf("%w: %d %s asked, %d available", ErrInsufficientStock, it.Qty, it.SKU, stocks[i].Available())
+		}
+	}
+	for i, it := range items { // all or nothing: checked above
 		stocks[i].Reserved += int64(it.Qty)
 	}
 	r := &Reservation{Status: StatusReserved, Items: items}
 	r.ID = orderID
 	r.Record(StockReserved{OrderID: orderID, Items: items})
 	return r, nil
+}
+
+// Reject returns the reservation of an order that could not be reserved,
+// recording StockRejected with reason; it holds nothing.
+func Reject(orderID string, items Items, reason string) *Reservation {
+	r := &Reservation{Status: StatusRejected, Items: items}
+	r.ID = orderID
+	r.Record(StockRejected{OrderID: orderID, Items: items, Reason: reason})
+	return r
 }
 
 // Release gives the reservation's items back to stocks (one per item, in

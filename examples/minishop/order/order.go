@@ -67,6 +67,9 @@ type Order struct {
 	Status     string `gorm:"size:16;not null"`
 	Items      Items  `gorm:"serializer:json;not null"`
 	TotalCents int64  `gorm:"not null"`
+	// CancelReason says why the shop cancelled the order ("" when the
+	// customer did).
+	CancelReason string `gorm:"size:200;not null;default:''"`
 }
 
 // AggregateType implements aggregate.Root.
@@ -93,9 +96,11 @@ type OrderPaid struct {
 // EventType implements aggregate.Event.
 func (OrderPaid) EventType() string { return "order.paid" }
 
-// OrderCancelled is recorded when an order is cancelled. Wire: {"order_id"}.
+// OrderCancelled is recorded when an order is cancelled. Wire:
+// {"order_id","reason"}, reason omitted when the customer cancelled.
 type OrderCancelled struct {
 	OrderID string `json:"order_id"`
+	Reason  string `json:"reason,omitempty"`
 }
 
 // EventType implements aggregate.Event.
@@ -184,12 +189,18 @@ func (o *Order) Pay() error {
 	return nil
 }
 
-// Cancel cancels a placed order, recording OrderCancelled.
-func (o *Order) Cancel() error {
+// Cancel cancels a placed order at the customer's request, recording
+// OrderCancelled.
+func (o *Order) Cancel() error { return o.CancelBecause("") }
+
+// CancelBecause cancels a placed order for reason (the shop's, such as
+// stock it does not have), recording OrderCancelled with the reason.
+func (o *Order) CancelBecause(reason string) error {
 	if o.Status != StatusPlaced {
 		return fmt.Errorf("%w (status %s)", ErrNotCancelable, o.Status)
 	}
 	o.Status = StatusCancelled
-	o.Record(OrderCancelled{OrderID: o.ID})
+	o.CancelReason = reason
+	o.Record(OrderCancelled{OrderID: o.ID, Reason: reason})
 	return nil
 }
