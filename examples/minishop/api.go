@@ -27,6 +27,12 @@ import (
 // UTF-8, no items or more than 100, a quantity outside 1..1000, an unknown
 // sku. Errors are RFC 9457 problem+json; bad input never gets a 5xx.
 //
+// POST /orders/{id}/pay takes an optional body, {"card":"..."}, read as
+// strictly. The test card DeclinedCard (4000-0000-0000-0002) is always
+// declined: 402, order.payment_failed is recorded, the customer is told,
+// and the order stays placed, payable with another card. An order the shop
+// cancelled (its stock ran out, see cancel_reason) gets 409.
+//
 // Every POST honours Idempotency-Key:
 // its unit of work joins the ledger's transaction, so the state change and
 // the stored response commit together. The operator console (package
@@ -111,8 +117,24 @@ func (a *App) postOrder(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, viewOrder(o))
 }
 
+// postPay pays an order. The body is optional: {"card":"..."}, where
+// DeclinedCard is always declined (402, and the order stays payable).
 func (a *App) postPay(w http.ResponseWriter, r *http.Request) {
-	o, err := a.PayOrder(r.Context(), r.PathValue("id"))
+	var req struct {
+		Card string `json:"card"`
+	}
+	if r.ContentLength != 0 {
+		if bad := decodeJSON(w, r, &req); bad != nil {
+			problem(w, bad.status, bad.title, bad.detail)
+			return
+		}
+	}
+	o, err := a.PayOrderWith(r.Context(), r.PathValue("id"), req.Card)
+	if errors.Is(err, ErrPaymentDeclined) {
+		problem(w, http.StatusPaymentRequired, "Payment declined",
+			"the card was declined; the order is still placed and can be paid with another card")
+		return
+	}
 	if err != nil {
 		a.commandError(w, err)
 		return

@@ -22,7 +22,7 @@ const notificationsGroup = "minishop.notifications"
 var groupBindings = map[string][]string{
 	inventoryGroup:    {"order.placed", "order.cancelled"},
 	orderingGroup:     {"stock.rejected"},
-	notificationGroup: {"order.paid", "order.cancelled"},
+	notificationGroup: {"order.paid", "order.payment_failed", "order.cancelled"},
 }
 
 // bus is where the projector publishes and consumer groups subscribe.

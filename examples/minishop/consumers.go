@@ -149,8 +149,8 @@ func (a *App) orderingConsumer() (*inbox.Consumer, error) {
 	return c, nil
 }
 
-// notificationConsumer records one notification per paid order and per
-// order the shop cancelled.
+// notificationConsumer records one notification per paid order, per
+// declined payment and per order the shop cancelled.
 func (a *App) notificationConsumer() (*inbox.Consumer, error) {
 	c, err := a.bus.newConsumer(a.db, a.consumerConfig(notificationGroup))
 	if err != nil {
@@ -167,6 +167,12 @@ func (a *App) notificationConsumer() (*inbox.Consumer, error) {
 	if err := inbox.Handle(c, func(ctx context.Context, e order.OrderPaid, env *messaging.Envelope) error {
 		return notify(ctx, env, e.OrderID,
 			fmt.Sprintf("Payment of %d cents received for order %s; we are packing it.", e.AmountCents, e.OrderID))
+	}); err != nil {
+		return nil, err
+	}
+	if err := inbox.Handle(c, func(ctx context.Context, e order.OrderPaymentFailed, env *messaging.Envelope) error {
+		return notify(ctx, env, e.OrderID, fmt.Sprintf("Your payment of %d cents for order %s was declined (%s); the order waits for another payment.",
+			e.AmountCents, e.OrderID, e.Reason))
 	}); err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 
 	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/examples/minishop/order"
@@ -22,9 +23,32 @@ func (a *App) PlaceOrder(ctx context.Context, customerID string, items []order.I
 	return o, nil
 }
 
+// DeclinedCard is the test card whose payments are always declined: paying
+// with it records order.payment_failed and leaves the order payable.
+const DeclinedCard = "4000-0000-0000-0002"
+
+// ErrPaymentDeclined is returned by PayOrderWith when the card is declined;
+// the failure was recorded (order.payment_failed) and the order is still
+// placed.
+var ErrPaymentDeclined = errors.New("minishop: payment declined")
+
 // PayOrder pays an order for its total.
 func (a *App) PayOrder(ctx context.Context, id string) (*order.Order, error) {
 	return a.changeOrder(ctx, id, (*order.Order).Pay)
+}
+
+// PayOrderWith pays an order with card. A declined card (DeclinedCard)
+// commits order.payment_failed and returns the order with
+// ErrPaymentDeclined.
+func (a *App) PayOrderWith(ctx context.Context, id, card string) (*order.Order, error) {
+	if card != DeclinedCard {
+		return a.PayOrder(ctx, id)
+	}
+	o, err := a.changeOrder(ctx, id, func(o *order.Order) error { return o.PaymentFailed("card declined") })
+	if err != nil {
+		return o, err
+	}
+	return o, ErrPaymentDeclined
 }
 
 // CancelOrder cancels an order.

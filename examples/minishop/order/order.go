@@ -96,6 +96,18 @@ type OrderPaid struct {
 // EventType implements aggregate.Event.
 func (OrderPaid) EventType() string { return "order.paid" }
 
+// OrderPaymentFailed is recorded when a payment of a placed order is
+// declined; the order stays placed and can be paid again. Wire:
+// {"order_id","amount_cents","reason"}.
+type OrderPaymentFailed struct {
+	OrderID     string `json:"order_id"`
+	AmountCents int64  `json:"amount_cents"`
+	Reason      string `json:"reason"`
+}
+
+// EventType implements aggregate.Event.
+func (OrderPaymentFailed) EventType() string { return "order.payment_failed" }
+
 // OrderCancelled is recorded when an order is cancelled. Wire:
 // {"order_id","reason"}, reason omitted when the customer cancelled.
 type OrderCancelled struct {
@@ -186,6 +198,16 @@ func (o *Order) Pay() error {
 	}
 	o.Status = StatusPaid
 	o.Record(OrderPaid{OrderID: o.ID, AmountCents: o.TotalCents})
+	return nil
+}
+
+// PaymentFailed records that paying a placed order was declined for
+// reason. The order stays placed, so it can be paid again.
+func (o *Order) PaymentFailed(reason string) error {
+	if o.Status != StatusPlaced {
+		return fmt.Errorf("%w (status %s)", ErrNotPayable, o.Status)
+	}
+	o.Record(OrderPaymentFailed{OrderID: o.ID, AmountCents: o.TotalCents, Reason: reason})
 	return nil
 }
 

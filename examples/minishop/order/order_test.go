@@ -88,3 +88,19 @@ func TestTotalNeverOverflows(t *testing.T) {
 	_, err = order.Place("o-3", "c1", []order.Item{{SKU: "gold", Qty: 999}}, cat, nil)
 	require.ErrorIs(t, err, order.ErrOverflow)
 }
+
+// TestPaymentFailedKeepsTheOrderPayable records a declined payment: the
+// order stays placed, OrderPaymentFailed carries the amount and reason, and
+// the order can be paid afterwards; a paid order cannot fail a payment.
+func TestPaymentFailedKeepsTheOrderPayable(t *testing.T) {
+	t.Parallel()
+	o, err := order.Place("o-1", "c1", []order.Item{{SKU: "tea", Qty: 2}}, order.DefaultCatalog(), nil)
+	require.NoError(t, err)
+	require.NoError(t, o.PaymentFailed("card declined"))
+	assert.Equal(t, order.StatusPlaced, o.Status)
+	evs := o.PendingEvents()
+	require.Len(t, evs, 2)
+	assert.Equal(t, order.OrderPaymentFailed{OrderID: "o-1", AmountCents: 1200, Reason: "card declined"}, evs[1].Event)
+	require.NoError(t, o.Pay())
+	require.ErrorIs(t, o.PaymentFailed("late"), order.ErrNotPayable)
+}
