@@ -22,19 +22,22 @@ const dueWhere = `o.status IN ('new', 'publishing', 'failed')
 const tenantFilter = `
   AND o.tenant_id = @tenant`
 
-// blockedSQL is true when an earlier event (lower aggregate_version) of the
-// aggregate of row %[1]s is new, publishing, failed or dead; %[2]s is appended
-// to the inner SELECT (a row lock).
-const blockedSQL = `(%[1]s.aggregate_id <> '' AND EXISTS (
+// unsentRelativeSQL is true when another event of the aggregate of row
+// %[1]s, with a version %[2]s than the row's, is new, publishing, failed or
+// dead; %[3]s is appended to the inner SELECT (a row lock). It reads the
+// outbox_events_unsent_aggregate index.
+const unsentRelativeSQL = `(%[1]s.aggregate_id <> '' AND EXISTS (
         SELECT 1 FROM outbox_events p
         WHERE p.tenant_id = %[1]s.tenant_id
           AND p.aggregate_type = %[1]s.aggregate_type
           AND p.aggregate_id = %[1]s.aggregate_id
-          AND p.aggregate_version < %[1]s.aggregate_version
+          AND p.aggregate_version %[2]s %[1]s.aggregate_version
           AND p.status IN ('new', 'publishing', 'failed', 'dead')
-          AND p.aggregate_id <> ''%[2]s))`
+          AND p.aggregate_id <> ''%[3]s))`
 
-func blocked(row, lock string) string { return fmt.Sprintf(blockedSQL, row, lock) }
+// blocked is true when an earlier event of row's aggregate is still to be
+// sent or dead, so row must wait; lock is appended to the inner SELECT.
+func blocked(row, lock string) string { return fmt.Sprintf(unsentRelativeSQL, row, "<", lock) }
 
 // claimSet takes the rows under the worker's lease, which ends at @until by
 // the database's clock. A row taken over from an expired lease counts as a
@@ -213,15 +216,7 @@ RETURNING false, ` + returningColumns + `, ` + nextWaits
 // nextWaits is true for a claimed row when a later event of its aggregate
 // is still to be sent (new, failed or held): settling the row is what lets
 // that one go, so the relay should claim again at once (Message.NextWaits).
-// It reads the same index as the order check.
-const nextWaits = `EXISTS (
-    SELECT 1 FROM outbox_events s
-    WHERE s.tenant_id = outbox_events.tenant_id
-      AND s.aggregate_type = outbox_events.aggregate_type
-      AND s.aggregate_id = outbox_events.aggregate_id
-      AND s.aggregate_version > outbox_events.aggregate_version
-      AND s.status IN ('new', 'publishing', 'failed', 'dead')
-      AND s.aggregate_id <> '')`
+var nextWaits = fmt.Sprintf(unsentRelativeSQL, "outbox_events", ">", "")
 
 // returningColumns are the columns a claim returns, in the order
 // scanMessage reads them.
