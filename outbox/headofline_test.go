@@ -56,26 +56,45 @@ func indexRowsRead(t *testing.T, db *gorm.DB, limit int) int64 {
 		return errors.New("roll back")
 	})
 	require.EqualError(t, err, "roll back")
+	var sum int64
+	for _, n := range planNodes(t, plan) {
+		if strings.Contains(n.index, "ready") || strings.Contains(n.index, "due") || strings.Contains(n.index, "available_at_id") {
+			sum += n.read
+		}
+	}
+	return sum
+}
+
+// planNode is one node of an EXPLAIN (ANALYZE, FORMAT JSON) plan: its type,
+// the index it scans, and the rows it read (returned over all loops, plus
+// those its filter removed).
+type planNode struct {
+	kind, index string
+	read        int64
+}
+
+// planNodes flattens a JSON plan, depth first.
+func planNodes(t *testing.T, plan string) []planNode {
+	t.Helper()
 	var doc []struct{ Plan map[string]any }
 	require.NoError(t, json.Unmarshal([]byte(plan), &doc), plan)
-	var walk func(n map[string]any) int64
-	walk = func(n map[string]any) int64 {
-		var sum int64
-		name, _ := n["Index Name"].(string)
-		if strings.Contains(name, "ready") || strings.Contains(name, "due") || strings.Contains(name, "available_at_id") {
-			rows, _ := n["Actual Rows"].(float64)
-			loops, _ := n["Actual Loops"].(float64)
-			removed, _ := n["Rows Removed by Filter"].(float64)
-			sum += int64(rows*loops + removed)
-		}
+	require.Len(t, doc, 1)
+	var out []planNode
+	var walk func(n map[string]any)
+	walk = func(n map[string]any) {
+		kind, _ := n["Node Type"].(string)
+		index, _ := n["Index Name"].(string)
+		rows, _ := n["Actual Rows"].(float64)
+		loops, _ := n["Actual Loops"].(float64)
+		removed, _ := n["Rows Removed by Filter"].(float64)
+		out = append(out, planNode{kind: kind, index: index, read: int64(rows*loops + removed)})
 		children, _ := n["Plans"].([]any)
 		for _, c := range children {
-			sum += walk(c.(map[string]any))
+			walk(c.(map[string]any))
 		}
-		return sum
 	}
-	require.Len(t, doc, 1)
-	return walk(doc[0].Plan)
+	walk(doc[0].Plan)
+	return out
 }
 
 // TestClaimCostIgnoresHeldBackEvents piles 3,000 events up behind one dead

@@ -2,7 +2,6 @@ package outbox_test
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"sync"
 	"testing"
@@ -184,31 +183,19 @@ func scannedRows(t *testing.T, db *gorm.DB, sql string) ([]string, int64) {
 	var out []string
 	require.NoError(t, db.Raw("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+sql).Scan(&out).Error)
 	plan := strings.Join(out, "\n")
-	var doc []struct{ Plan map[string]any }
-	require.NoError(t, json.Unmarshal([]byte(plan), &doc), plan)
-	require.Len(t, doc, 1)
 	var scans []string
 	var read int64
-	var walk func(n map[string]any)
-	walk = func(n map[string]any) {
-		kind, _ := n["Node Type"].(string)
-		if strings.HasSuffix(kind, "Scan") {
-			rows, _ := n["Actual Rows"].(float64)
-			loops, _ := n["Actual Loops"].(float64)
-			removed, _ := n["Rows Removed by Filter"].(float64)
-			read += int64(rows*loops + removed)
-			if kind == "Seq Scan" && rows*loops+removed == 0 {
-				kind = "Seq Scan of nothing" // an empty partition
-			}
-			name, _ := n["Index Name"].(string)
-			scans = append(scans, strings.TrimSpace(kind+" "+name))
+	for _, n := range planNodes(t, plan) {
+		if !strings.HasSuffix(n.kind, "Scan") {
+			continue
 		}
-		children, _ := n["Plans"].([]any)
-		for _, c := range children {
-			walk(c.(map[string]any))
+		read += n.read
+		kind := n.kind
+		if kind == "Seq Scan" && n.read == 0 {
+			kind = "Seq Scan of nothing" // an empty partition
 		}
+		scans = append(scans, strings.TrimSpace(kind+" "+n.index))
 	}
-	walk(doc[0].Plan)
 	if len(scans) == 0 {
 		require.Fail(t, "no scan in the plan", plan)
 	}
