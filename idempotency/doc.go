@@ -8,7 +8,7 @@
 // first one's response back.
 //
 //	ledger, err := idempotency.New(db, nil) // after idempotency.Migrate(ctx, db)
-//	...
+//	// ...
 //	mux.Handle("POST /orders", ledger.Middleware(createOrder))
 //
 // The handler finds the ledger's transaction in its request's context and

@@ -7,7 +7,7 @@
 // Create a [Manager] once, then run each command in [Manager.Run]:
 //
 //	units, err := uow.New(db, nil)
-//	...
+//	// ...
 //	err = units.Run(ctx, func(ctx context.Context, u *uow.UnitOfWork) error {
 //		order, err := uow.Get[Order](ctx, u, id) // loads and tracks
 //		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"go/ast"
+	"go/doc/comment"
 	"go/importer"
 	"go/parser"
 	"go/token"
@@ -35,7 +36,16 @@ type block struct {
 	line int    // of the opening fence, 1-based
 	info string // the fence's info string ("go", "sh", ...)
 	body string
+	mark string // the marker comment on the line before the fence, if any
 }
+
+// Markers a Go block may carry on the line before its fence:
+//
+//	<!-- fragment -->                       uses names the prose defines
+//	<!-- excerpt: examples/x/main.go -->    appears verbatim in that file
+//
+// An unmarked Go block must compile on its own.
+var markRE = regexp.MustCompile(`^<!--\s*(fragment|excerpt:\s*\S+)\s*-->$`)
 
 // prose is a line outside code blocks.
 type prose struct {
@@ -72,6 +82,11 @@ func parseDocument(t *testing.T, path string) *document {
 		switch {
 		case open == nil && m != nil:
 			open, fence = &block{line: n, info: strings.TrimSpace(m[2])}, m[1]
+			if k := len(d.prose); k > 0 && d.prose[k-1].line == n-1 {
+				if mm := markRE.FindStringSubmatch(strings.TrimSpace(d.prose[k-1].text)); mm != nil {
+					open.mark = mm[1]
+				}
+			}
 			body.Reset()
 		case open != nil && m != nil && strings.HasPrefix(m[1], fence) && m[2] == "":
 			open.body = body.String()
@@ -446,10 +461,12 @@ func (c *checker) importOf(name string) string {
 	return stdImports[name]
 }
 
-// check returns the type errors of body that a fragment may not have, or
-// the parse error when body is neither declarations nor statements. The
-// packages body names are imported under their names.
-func (c *checker) check(where, body string) ([]string, error) {
+// check type-checks body, importing the packages it names under their
+// names, as a file when its declarations parse on their own, else as the
+// body of a function. It returns the type errors, leaving out those a
+// fragment may have when fragment is set, or the parse error when body is
+// neither declarations nor statements.
+func (c *checker) check(where, body string, fragment bool) ([]string, error) {
 	var imports []string
 	names := map[string]bool{}
 	for _, m := range c.pkgRE.FindAllStringSubmatch(body, -1) {
@@ -473,7 +490,7 @@ func (c *checker) check(where, body string) ([]string, error) {
 	conf := types.Config{Importer: c.imp, Error: func(err error) {
 		msg := err.(types.Error).Msg
 		for _, re := range tolerated {
-			if re.MatchString(msg) {
+			if fragment && re.MatchString(msg) {
 				return
 			}
 		}
@@ -483,36 +500,73 @@ func (c *checker) check(where, body string) ([]string, error) {
 	return problems, nil
 }
 
-// TestGoBlocksTypeCheck type-checks every Go code block against the
-// packages it names: as a file when its declarations parse on their own,
-// else as the body of a function. Names the prose defines (db, ctx, ...)
-// may stay undefined, but every use of a package's API must match it: a
-// renamed function, a wrong number of results or arguments, a missing
-// field or method fails.
-func TestGoBlocksTypeCheck(t *testing.T) {
-	t.Parallel()
-	var bodies []string
-	type goBlock struct {
-		where string
-		body  string
-	}
-	var blocks []goBlock
+// goBlock is a Go code block of a document.
+type goBlock struct {
+	where string // path:line
+	block
+}
+
+func goBlocks(t *testing.T) []goBlock {
+	t.Helper()
+	var out []goBlock
 	for _, d := range documents(t) {
 		for _, b := range d.blocks {
 			if b.info == "go" {
-				blocks = append(blocks, goBlock{fmt.Sprintf("%s:%d", d.path, b.line), b.body})
-				bodies = append(bodies, b.body)
+				out = append(out, goBlock{fmt.Sprintf("%s:%d", d.path, b.line), b})
 			}
 		}
 	}
-	require.NotEmpty(t, blocks)
+	require.NotEmpty(t, out)
+	return out
+}
+
+// TestGoBlocksCompile checks every Go code block of the documents. A block
+// marked as an excerpt must appear verbatim in the file it names, which
+// the build compiles. A block marked as a fragment may use names the
+// prose defines (db, ctx, ...) and leave variables unused, but every use
+// of a package's API must match it: a renamed function, a wrong number of
+// results or arguments, a missing field or method fails. Any other block
+// must compile on its own, its imports aside.
+func TestGoBlocksCompile(t *testing.T) {
+	t.Parallel()
+	blocks := goBlocks(t)
+	var bodies []string
+	for _, b := range blocks {
+		bodies = append(bodies, b.body)
+	}
 	c := newChecker(t, bodies)
 	for _, b := range blocks {
-		problems, err := c.check(b.where, b.body)
+		if path, ok := strings.CutPrefix(b.mark, "excerpt:"); ok {
+			src, err := os.ReadFile(filepath.Join(root, strings.TrimSpace(path)))
+			if assert.NoError(t, err, "%s: the file of an excerpt", b.where) {
+				assert.True(t, strings.Contains(string(src), strings.Trim(b.body, "\n")),
+					"%s: the excerpt is not in %s as written:\n%s", b.where, path, b.body)
+			}
+			continue
+		}
+		problems, err := c.check(b.where, b.body, b.mark == "fragment")
 		if assert.NoError(t, err, b.where) {
-			assert.Empty(t, problems, "%s: the Go block does not type-check:\n%s", b.where, b.body)
+			assert.Empty(t, problems, "%s: the Go block does not compile (mark it <!-- fragment --> if it uses names the prose defines):\n%s", b.where, b.body)
 		}
 	}
+}
+
+// TestMarkersAreRecognised shows that a marker applies to the block right
+// after it, and only to it.
+func TestMarkersAreRecognised(t *testing.T) {
+	t.Parallel()
+	doc := "text\n<!-- fragment -->\n```go\nx := 1\n```\n\n<!-- excerpt: a/b.go -->\n```go\ny\n```\n\n```go\nz\n```\n"
+	path := filepath.Join(t.TempDir(), "doc.md")
+	require.NoError(t, os.WriteFile(path, []byte(doc), 0o600))
+	abs, err := filepath.Abs(root)
+	require.NoError(t, err)
+	rel, err := filepath.Rel(abs, path)
+	require.NoError(t, err)
+	d := parseDocument(t, rel)
+	require.Len(t, d.blocks, 3)
+	assert.Equal(t, "fragment", d.blocks[0].mark)
+	assert.Equal(t, "excerpt: a/b.go", d.blocks[1].mark)
+	assert.Empty(t, d.blocks[2].mark)
 }
 
 // TestTypeCheckCatchesDrift shows the checker failing blocks that have
@@ -521,14 +575,18 @@ func TestTypeCheckCatchesDrift(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		name, body string
+		fragment   bool
 		ok         bool
 	}{
-		{"right", "env := bentotest.New(t, nil)\nc := env.MustConsumer(t, \"notification\")\n_ = c\n", true},
-		{"two results into one", "env := bentotest.New(t, nil)\nc := env.Consumer(t, \"notification\")\n_ = c\n", false},
-		{"renamed function", "p, err := projector.NewOutboxProjector(store, pub, nil)\n", false},
-		{"missing field", "cfg := &outbox.Config{MaxPayload: 1}\n_ = cfg\n", false},
-		{"wrong argument count", "err := outbox.Migrate(ctx)\n", false},
-		{"declarations", "type Order struct {\n\taggregate.Base\n}\n\nfunc (*Order) AggregateType() string { return \"order\" }\n", true},
+		{"right", "env := bentotest.New(t, nil)\nc := env.MustConsumer(t, \"notification\")\n_ = c\n", true, true},
+		{"two results into one", "env := bentotest.New(t, nil)\nc := env.Consumer(t, \"notification\")\n_ = c\n", true, false},
+		{"renamed function", "p, err := projector.NewOutboxProjector(store, pub, nil)\n", true, false},
+		{"missing field", "cfg := &outbox.Config{MaxPayload: 1}\n_ = cfg\n", true, false},
+		{"wrong argument count", "err := outbox.Migrate(ctx)\n", true, false},
+		{"declarations", "type Order struct {\n\taggregate.Base\n}\n\nfunc (*Order) AggregateType() string { return \"order\" }\n", false, true},
+		{"unmarked block with an undefined name", "err := outbox.Migrate(ctx, db)\n_ = err\n", false, false},
+		{"unmarked block left unused", "var ctx context.Context\nvar db *gorm.DB\nerr := outbox.Migrate(ctx, db)\n", false, false},
+		{"unmarked block that compiles", "var ctx context.Context\nvar db *gorm.DB\nerr := outbox.Migrate(ctx, db)\n_ = err\n", false, true},
 	}
 	var bodies []string
 	for _, c := range cases {
@@ -536,12 +594,77 @@ func TestTypeCheckCatchesDrift(t *testing.T) {
 	}
 	c := newChecker(t, bodies)
 	for _, tc := range cases {
-		problems, err := c.check(tc.name, tc.body)
+		problems, err := c.check(tc.name, tc.body, tc.fragment)
 		require.NoError(t, err, tc.name)
 		if tc.ok {
 			assert.Empty(t, problems, tc.name)
 		} else {
 			assert.NotEmpty(t, problems, "%s: the checker let a drifted block through", tc.name)
+		}
+	}
+}
+
+// packageDocCode returns the code blocks of the package doc comments of
+// the repository's Go files that name one of bento's packages, keyed by
+// file:line.
+func packageDocCode(t *testing.T, c *checker) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	fset := token.NewFileSet()
+	var p comment.Parser
+	err := filepath.WalkDir(root, func(path string, e os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if e.IsDir() {
+			if name := e.Name(); path != root && (strings.HasPrefix(name, ".") || name == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ParseComments|parser.PackageClauseOnly)
+		if err != nil || f.Doc == nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		for i, b := range p.Parse(f.Doc.Text()).Content {
+			code, ok := b.(*comment.Code)
+			if !ok {
+				continue
+			}
+			for _, m := range c.pkgRE.FindAllStringSubmatch(code.Text, -1) {
+				if _, bento := c.ix.paths[m[1]]; bento {
+					out[fmt.Sprintf("%s (package doc, block %d)", rel, i)] = code.Text
+					break
+				}
+			}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	return out
+}
+
+// TestPackageDocCodeTypeChecks checks the code in package doc comments as
+// fragments: the examples a reader meets first in the API reference must
+// match the API.
+func TestPackageDocCodeTypeChecks(t *testing.T) {
+	t.Parallel()
+	c := &checker{ix: loadIndex(t), pkgRE: regexp.MustCompile(`\b([a-z][a-z0-9]*)\.[A-Za-z_]`)}
+	blocks := packageDocCode(t, c)
+	require.NotEmpty(t, blocks)
+	var bodies []string
+	for _, body := range blocks {
+		bodies = append(bodies, body)
+	}
+	c = newChecker(t, bodies)
+	for where, body := range blocks {
+		problems, err := c.check(where, body, true)
+		if assert.NoError(t, err, "%s:\n%s", where, body) {
+			assert.Empty(t, problems, "%s: the code does not type-check:\n%s", where, body)
 		}
 	}
 }

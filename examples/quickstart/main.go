@@ -1,0 +1,378 @@
+// Command quickstart is the whole program docs/getting-started.md builds, in
+// one file: an Order aggregate that records events, a unit of work that
+// commits the order and its events together, a notification consumer that
+// applies each event exactly once, and a projector that relays the outbox.
+//
+// It places and pays one order, then waits until the consumer has applied
+// both events. With DATABASE_URL and AMQP_URL set it runs on PostgreSQL and
+// RabbitMQ; without, on a SQLite file and the in-memory bus:
+//
+//	go run ./examples/quickstart
+//	go run ./examples/quickstart -break-publishing 5s
+//
+// -break-publishing makes every publish fail for a while, as an unplugged
+// broker would: the paid event waits in the outbox, is retried with backoff,
+// and arrives once publishing works again.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/glebarez/sqlite"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/bentoevents/bento/aggregate"
+	"github.com/bentoevents/bento/inbox"
+	"github.com/bentoevents/bento/messaging"
+	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/projector"
+	"github.com/bentoevents/bento/uow"
+)
+
+// Order is an aggregate: a GORM model that embeds aggregate.Base and
+// records what happens to it as events.
+type Order struct {
+	aggregate.Base
+	CustomerID string
+	Status     string
+	TotalCents int64
+}
+
+// AggregateType names the kind of aggregate on every event it records.
+func (*Order) AggregateType() string { return "order" }
+
+// OrderPlaced is recorded when an order is created.
+type OrderPlaced struct {
+	OrderID    string `json:"order_id"`
+	CustomerID string `json:"customer_id"`
+	TotalCents int64  `json:"total_cents"`
+}
+
+// EventType is the event's topic and routing key.
+func (OrderPlaced) EventType() string { return "order.placed" }
+
+// OrderPaid is recorded when an order is paid.
+type OrderPaid struct {
+	OrderID     string `json:"order_id"`
+	AmountCents int64  `json:"amount_cents"`
+}
+
+// EventType is the event's topic and routing key.
+func (OrderPaid) EventType() string { return "order.paid" }
+
+// Errors of the Order aggregate.
+var (
+	ErrBadTotal   = errors.New("quickstart: an order's total must be positive")
+	ErrNotPayable = errors.New("quickstart: only a placed order can be paid")
+)
+
+// PlaceOrder creates an order. A new aggregate records its first event
+// like any other; the unit of work that adds it writes both.
+func PlaceOrder(id, customerID string, totalCents int64) (*Order, error) {
+	if totalCents <= 0 {
+		return nil, fmt.Errorf("%w: %d", ErrBadTotal, totalCents)
+	}
+	o := &Order{CustomerID: customerID, Status: "placed", TotalCents: totalCents}
+	o.ID = id
+	o.Record(OrderPlaced{OrderID: id, CustomerID: customerID, TotalCents: totalCents})
+	return o, nil
+}
+
+// Pay validates the change, applies it and records the fact. It touches
+// no database and sends nothing.
+func (o *Order) Pay() error {
+	if o.Status != "placed" {
+		return fmt.Errorf("%w: order %s is %s", ErrNotPayable, o.ID, o.Status)
+	}
+	o.Status = "paid"
+	o.Record(OrderPaid{OrderID: o.ID, AmountCents: o.TotalCents})
+	return nil
+}
+
+// Notification is what the consumer writes for each event it applies.
+type Notification struct {
+	EventID string `gorm:"primaryKey;size:64"`
+	OrderID string `gorm:"index;size:64"`
+	Text    string
+}
+
+// config is what main reads from flags and the environment.
+type config struct {
+	DatabaseURL string        // PostgreSQL; empty: the SQLite file at DBPath
+	DBPath      string        // the SQLite file
+	AMQPURL     string        // RabbitMQ; empty: the in-memory bus
+	Exchange    string        // RabbitMQ's topic exchange
+	Group       string        // the consumer group (and its queue)
+	BreakFor    time.Duration // how long publishing fails at first
+	Log         *slog.Logger  // the consumer's and projector's logs
+}
+
+func main() {
+	cfg := config{DatabaseURL: os.Getenv("DATABASE_URL"), AMQPURL: os.Getenv("AMQP_URL")}
+	flag.StringVar(&cfg.DBPath, "db", "quickstart.db", "SQLite file, when DATABASE_URL is not set")
+	flag.StringVar(&cfg.Exchange, "exchange", "quickstart.events", "RabbitMQ exchange, when AMQP_URL is set")
+	flag.StringVar(&cfg.Group, "group", "quickstart.notification", "consumer group and queue name")
+	flag.DurationVar(&cfg.BreakFor, "break-publishing", 0, "make every publish fail for this long")
+	flag.Parse()
+	cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, cfg, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "quickstart:", err)
+		os.Exit(1)
+	}
+}
+
+// openDB opens PostgreSQL, or the SQLite file with the settings bento
+// needs: WAL, a busy timeout, and _txlock=immediate so that a transaction
+// takes the write lock when it begins. With SQLite's default (deferred)
+// transactions, two units of work that read and then write fail with
+// SQLITE_BUSY instead of waiting for each other.
+func openDB(cfg config) (*gorm.DB, error) {
+	quiet := &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)}
+	if cfg.DatabaseURL != "" {
+		return gorm.Open(postgres.Open(cfg.DatabaseURL), quiet)
+	}
+	dsn := cfg.DBPath + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)" +
+		"&_pragma=foreign_keys(1)&_txlock=immediate"
+	return gorm.Open(sqlite.Open(dsn), quiet)
+}
+
+// bus is where the projector publishes and the consumer reads.
+type bus struct {
+	pub         message.Publisher
+	newConsumer func(db *gorm.DB, cc *inbox.ConsumerConfig) (*inbox.Consumer, error)
+}
+
+// openBus declares the consumer group's queue before anything is
+// published, so no event is relayed while the group has nowhere to
+// receive it. Event types no group consumes go to an alternate queue.
+func openBus(ctx context.Context, cfg config, topics ...string) (*bus, func(), error) {
+	if cfg.AMQPURL == "" {
+		mem := messaging.NewMemoryBus()
+		if err := mem.DeclareAlternate("quickstart.unroutable"); err != nil {
+			return nil, nil, err
+		}
+		if err := mem.DeclareQueue(cfg.Group, topics...); err != nil {
+			return nil, nil, err
+		}
+		return &bus{pub: mem, newConsumer: func(db *gorm.DB, cc *inbox.ConsumerConfig) (*inbox.Consumer, error) {
+			return inbox.NewMemoryConsumer(db, mem, cc)
+		}}, func() { _ = mem.Close() }, nil
+	}
+	amqpCfg := &messaging.AMQPConfig{URL: cfg.AMQPURL, Exchange: cfg.Exchange, Logger: cfg.Log}
+	if err := messaging.DeclareQueue(ctx, amqpCfg, cfg.Group, topics...); err != nil {
+		return nil, nil, err
+	}
+	pub, err := messaging.NewConfirmPublisher(amqpCfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &bus{pub: pub, newConsumer: func(db *gorm.DB, cc *inbox.ConsumerConfig) (*inbox.Consumer, error) {
+		return inbox.NewAMQPConsumer(ctx, db, amqpCfg, cc)
+	}}, func() { _ = pub.Close() }, nil
+}
+
+// errUnplugged is what the broken publisher returns.
+var errUnplugged = errors.New("quickstart: the broker is unplugged")
+
+// breakable fails every publish until its deadline, as a broker that
+// cannot be reached would.
+type breakable struct {
+	message.Publisher
+	until time.Time
+}
+
+func (b *breakable) Publish(topic string, msgs ...*message.Message) error {
+	if time.Now().Before(b.until) {
+		return errUnplugged
+	}
+	return b.Publisher.Publish(topic, msgs...)
+}
+
+// run wires everything in the safe order (tables, the group's queue, the
+// consumer, then the projector), places and pays an order, and waits until
+// both events are applied.
+func run(ctx context.Context, cfg config, out io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+
+	// 1. The database and its tables.
+	db, err := openDB(cfg)
+	if err != nil {
+		return fmt.Errorf("open database: %w", err)
+	}
+	if sqlDB, err := db.DB(); err == nil {
+		defer sqlDB.Close()
+	}
+	if err := outbox.Migrate(ctx, db); err != nil {
+		return err
+	}
+	if err := inbox.Migrate(ctx, db); err != nil {
+		return err
+	}
+	if err := db.WithContext(ctx).AutoMigrate(&Order{}, &Notification{}); err != nil {
+		return err
+	}
+
+	// 2. The group's queue, then the consumer: it applies each event once,
+	// in one transaction with its inbox record.
+	b, closeBus, err := openBus(ctx, cfg, "order.placed", "order.paid")
+	if err != nil {
+		return fmt.Errorf("open bus: %w", err)
+	}
+	defer closeBus()
+	ccfg := inbox.DefaultConsumerConfig(cfg.Group)
+	ccfg.Logger = cfg.Log
+	c, err := b.newConsumer(db, ccfg)
+	if err != nil {
+		return err
+	}
+	notify := func(ctx context.Context, env *messaging.Envelope, orderID, text string) error {
+		n := Notification{EventID: env.ID, OrderID: orderID, Text: text}
+		return uow.DB(ctx, db).Create(&n).Error // in the inbox's transaction
+	}
+	if err := inbox.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+		return notify(ctx, env, e.OrderID, fmt.Sprintf("order %s placed: %d cents", e.OrderID, e.TotalCents))
+	}); err != nil {
+		return err
+	}
+	if err := inbox.Handle(c, func(ctx context.Context, e OrderPaid, env *messaging.Envelope) error {
+		return notify(ctx, env, e.OrderID, fmt.Sprintf("order %s paid: %d cents", e.OrderID, e.AmountCents))
+	}); err != nil {
+		return err
+	}
+	// Stop the consumer and the projector before the bus and the database
+	// close (deferred calls run last first).
+	var running sync.WaitGroup
+	defer running.Wait()
+	defer cancel()
+	consumed := make(chan error, 1)
+	running.Go(func() { consumed <- c.Run(ctx) })
+	select {
+	case <-c.Running():
+	case err := <-consumed:
+		return fmt.Errorf("consumer: %w", err)
+	}
+
+	// 3. The unit-of-work manager and the projector. On SQLite nothing
+	// announces a commit, so the manager wakes the projector.
+	var wake func()
+	units, err := uow.New(db, &uow.Config{AfterCommit: func(int) {
+		if wake != nil {
+			wake()
+		}
+	}})
+	if err != nil {
+		return err
+	}
+	pcfg := projector.DefaultConfig()
+	pcfg.BackoffFloor = 500 * time.Millisecond
+	pcfg.Logger = cfg.Log
+	p, err := projector.New(units.Outbox(), &breakable{Publisher: b.pub, until: time.Now().Add(cfg.BreakFor)}, pcfg)
+	if err != nil {
+		return err
+	}
+	wake = p.Wake
+	relayed := make(chan error, 1)
+	running.Go(func() { relayed <- p.Run(ctx) })
+	if cfg.BreakFor > 0 {
+		fmt.Fprintf(out, "publishing fails for the next %v\n", cfg.BreakFor)
+	}
+
+	// 4. Commands: each commits the order and its events together.
+	o, err := PlaceOrder(aggregate.NewID(), "c-42", 1250)
+	if err != nil {
+		return err
+	}
+	events := []string{o.PendingEvents()[0].ID}
+	if err := units.Run(ctx, func(ctx context.Context, u *uow.UnitOfWork) error { return u.Add(o) }); err != nil {
+		return fmt.Errorf("place: %w", err)
+	}
+	fmt.Fprintf(out, "placed order %s\n", o.ID)
+	if err := units.Run(ctx, func(ctx context.Context, u *uow.UnitOfWork) error {
+		o, err := uow.Get[Order](ctx, u, o.ID)
+		if err != nil {
+			return err
+		}
+		if err := o.Pay(); err != nil {
+			return err
+		}
+		events = append(events, o.PendingEvents()[0].ID)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("pay: %w", err)
+	}
+	fmt.Fprintf(out, "paid order %s\n", o.ID)
+
+	// 5. Watch the events in the outbox until they are sent, then wait
+	// for the consumer.
+	if err := watch(ctx, units.Outbox(), events, out); err != nil {
+		return err
+	}
+	var notes []Notification
+	for len(notes) < len(events) {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the consumer: %w", ctx.Err())
+		case err := <-consumed:
+			return fmt.Errorf("consumer stopped: %w", err)
+		case err := <-relayed:
+			return fmt.Errorf("projector stopped: %w", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if err := db.WithContext(ctx).Where("order_id = ?", o.ID).Order("event_id").Find(&notes).Error; err != nil {
+			return err
+		}
+	}
+	for _, n := range notes {
+		fmt.Fprintf(out, "notification: %s\n", n.Text)
+	}
+	return nil
+}
+
+// watch prints each change of state of the outbox rows of the events ids
+// until all of them are sent.
+func watch(ctx context.Context, store *outbox.Store, ids []string, out io.Writer) error {
+	last := map[string]string{}
+	for {
+		sent := 0
+		for _, id := range ids {
+			m, err := store.Get(ctx, id)
+			if err != nil {
+				return fmt.Errorf("outbox: %w", err)
+			}
+			state := string(m.Status)
+			if m.LastError != nil && m.Status != outbox.StatusSent {
+				state = fmt.Sprintf("%s after %d failed attempts (%s)", m.Status, m.Attempts, *m.LastError)
+			}
+			if state != last[id] {
+				fmt.Fprintf(out, "outbox: %s v%d %s\n", m.Topic, m.AggregateVersion, state)
+				last[id] = state
+			}
+			if m.Status == outbox.StatusSent {
+				sent++
+			}
+		}
+		if sent == len(ids) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the outbox: %w", ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
