@@ -17,6 +17,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/bentoevents/bento/aggregate"
+	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/inbox"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
@@ -38,7 +39,7 @@ type consumeConfig struct {
 var consumeHandlers = []string{"noop", "write"}
 
 // consumeModes are the ways each handler is run: "inbox" is
-// inbox.NewAMQPConsumer, "plain" the same handler on a Watermill router
+// consumer.NewAMQP, "plain" the same handler on a Watermill router
 // without the inbox, "direct" the inbox middleware called in a loop
 // without any broker (what the inbox's transaction costs alone).
 var consumeModes = []string{"inbox", "plain", "direct"}
@@ -257,13 +258,13 @@ func runConsume(ctx context.Context, b *consumeBed, handler, mode string, n int)
 	var runs []func(context.Context) error
 	switch mode {
 	case "inbox":
-		cc := inbox.DefaultConsumerConfig(group)
+		cc := consumer.DefaultConfig(group)
 		cc.CloseTimeout, cc.Logger, cc.Concurrency = 10*time.Second, b.e.log, n
-		cons, err := inbox.NewAMQPConsumer(ctx, db, cfg, cc)
+		cons, err := consumer.NewAMQP(ctx, db, cfg, cc)
 		if err != nil {
 			return r, err
 		}
-		if err := inbox.Handle(cons, fn); err != nil {
+		if err := consumer.Handle(cons, fn); err != nil {
 			return r, err
 		}
 		runs = append(runs, cons.Run)

@@ -73,7 +73,7 @@ func consumeTargets(c *ConsumeReport) []Target {
 
 func printConsume(w io.Writer, c *ConsumeReport) {
 	fmt.Fprintf(w, "\nConsumer: %s messages pre-published to the group's queue, drained by n competing consumers;\n"+
-		"inbox = inbox.NewAMQPConsumer, without = the same handler on a Watermill router over bento's AMQPSubscriber,\n"+
+		"inbox = consumer.NewAMQP, without = the same handler on a Watermill router over bento's AMQPSubscriber,\n"+
 		"no broker = the inbox middleware called in a loop, without RabbitMQ\n",
 		thousands(float64(c.Config.Messages)))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/bentotest"
-	"github.com/bentoevents/bento/inbox"
+	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/uow"
 )
@@ -91,7 +91,7 @@ func TestCommandDrainAssert(t *testing.T) {
 	start := time.Now()
 	env := open(t)
 	accounting := env.MustConsumer(t, "accounting")
-	require.NoError(t, inbox.Handle(accounting, func(ctx context.Context, e Deposited, m *messaging.Envelope) error {
+	require.NoError(t, consumer.Handle(accounting, func(ctx context.Context, e Deposited, m *messaging.Envelope) error {
 		if err := uow.DB(ctx, nil).Create(&Ledger{EventID: m.ID, Kind: "deposit"}).Error; err != nil {
 			return err
 		}
@@ -106,7 +106,7 @@ func TestCommandDrainAssert(t *testing.T) {
 		})
 	}))
 	mail := env.MustConsumer(t, "mail")
-	require.NoError(t, inbox.Handle(mail, func(ctx context.Context, e Thanked, m *messaging.Envelope) error {
+	require.NoError(t, consumer.Handle(mail, func(ctx context.Context, e Thanked, m *messaging.Envelope) error {
 		return uow.DB(ctx, nil).Create(&Ledger{EventID: m.ID, Kind: "thanks"}).Error
 	}))
 	env.Start(t, accounting)
@@ -182,7 +182,7 @@ func TestRequireAppliedOnce(t *testing.T) {
 	t.Parallel()
 	env := open(t)
 	c := env.MustConsumer(t, "accounting")
-	require.NoError(t, inbox.Handle(c, func(ctx context.Context, e Deposited, m *messaging.Envelope) error {
+	require.NoError(t, consumer.Handle(c, func(ctx context.Context, e Deposited, m *messaging.Envelope) error {
 		return uow.DB(ctx, nil).Create(&Ledger{EventID: m.ID, Kind: "deposit"}).Error
 	}))
 	env.Start(t, c)

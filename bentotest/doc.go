@@ -9,7 +9,7 @@
 //	env := bentotest.New(t, nil)
 //	env.Migrate(t, &Order{})
 //	notifications := env.MustConsumer(t, "notification")
-//	inbox.Handle(notifications, handleOrderPaid)
+//	consumer.Handle(notifications, handleOrderPaid)
 //	env.Start(t, notifications)
 //
 //	payOrder(ctx, env.Units, id)        // the command

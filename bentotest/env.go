@@ -12,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"gorm.io/gorm"
 
+	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/idempotency"
 	"github.com/bentoevents/bento/inbox"
 	"github.com/bentoevents/bento/internal/embeddb"
@@ -167,18 +168,18 @@ func (recordingPublisher) Close() error { return nil }
 
 // Consumer returns a consumer of group on the env's bus, with fast retries
 // (3, from 1ms) so failing handlers settle quickly. Register handlers with
-// inbox.Handle, then Start it.
-func (e *Env) Consumer(group string) (*inbox.Consumer, error) {
-	cfg := inbox.DefaultConsumerConfig(group)
+// consumer.Handle, then Start it.
+func (e *Env) Consumer(group string) (*consumer.Consumer, error) {
+	cfg := consumer.DefaultConfig(group)
 	cfg.MaxRetries = 3
 	cfg.RetryInitialInterval = time.Millisecond
 	cfg.RetryMaxInterval = 5 * time.Millisecond
 	cfg.Logger = quiet
-	return inbox.NewMemoryConsumer(e.DB, e.Bus, cfg)
+	return consumer.NewMemory(e.DB, e.Bus, cfg)
 }
 
 // MustConsumer is Consumer for tests: it fails t on error.
-func (e *Env) MustConsumer(t TB, group string) *inbox.Consumer {
+func (e *Env) MustConsumer(t TB, group string) *consumer.Consumer {
 	t.Helper()
 	c, err := e.Consumer(group)
 	if err != nil {
@@ -189,7 +190,7 @@ func (e *Env) MustConsumer(t TB, group string) *inbox.Consumer {
 
 // Start runs c until the end of the test and returns once it is
 // subscribed, so events relayed from now on reach it.
-func (e *Env) Start(t TB, c *inbox.Consumer) {
+func (e *Env) Start(t TB, c *consumer.Consumer) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

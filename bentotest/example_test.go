@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/bentoevents/bento/bentotest"
-	"github.com/bentoevents/bento/inbox"
+	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/uow"
 )
@@ -50,7 +50,7 @@ func ExampleEnv_Drain() {
 	env := bentotest.New(t, nil)
 	env.Migrate(t, &Account{}, &Ledger{})
 	c := env.MustConsumer(t, "accounting")
-	_ = inbox.Handle(c, func(ctx context.Context, e Deposited, m *messaging.Envelope) error {
+	_ = consumer.Handle(c, func(ctx context.Context, e Deposited, m *messaging.Envelope) error {
 		return uow.DB(ctx, nil).Create(&Ledger{EventID: m.ID, Kind: "deposit"}).Error
 	})
 	env.Start(t, c)
@@ -73,7 +73,7 @@ func ExampleEnv_RequireAppliedOnce() {
 	env := bentotest.New(t, nil)
 	env.Migrate(t, &Ledger{})
 	c := env.MustConsumer(t, "accounting")
-	_ = inbox.Handle(c, func(ctx context.Context, e Deposited, m *messaging.Envelope) error {
+	_ = consumer.Handle(c, func(ctx context.Context, e Deposited, m *messaging.Envelope) error {
 		return uow.DB(ctx, nil).Create(&Ledger{EventID: m.ID, Kind: "deposit"}).Error
 	})
 	env.Start(t, c)
@@ -130,7 +130,7 @@ func ExampleEnv_Deliver() {
 	env.Migrate(t, &Ledger{})
 	c := env.MustConsumer(t, "accounting")
 	calls := 0
-	_ = inbox.Handle(c, func(ctx context.Context, e Deposited, m *messaging.Envelope) error {
+	_ = consumer.Handle(c, func(ctx context.Context, e Deposited, m *messaging.Envelope) error {
 		calls++
 		return uow.DB(ctx, nil).Create(&Ledger{EventID: m.ID, Kind: "deposit"}).Error
 	})

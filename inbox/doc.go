@@ -15,16 +15,9 @@
 // correlation id, and its id as causation id) and the inbox record together,
 // or none of them.
 //
-// # Consumers
-//
-// [Consumer] wires it all for a consumer group: typed handlers registered
-// with [Handle] receive the decoded event and its envelope; a Watermill
-// router runs them behind the poison, retry and inbox middlewares, on
-// RabbitMQ ([NewAMQPConsumer]) or the in-memory bus ([NewMemoryConsumer]).
-// A message that keeps failing is retried with backoff, then moved to the
-// group's dead-letter destination with the error in its metadata
-// (reason_poisoned), and the consumer goes on. A message that cannot be
-// decoded, or whose event type has no handler, goes there at once.
+// The consumer package runs the middleware for a consumer group, with typed
+// handlers, retries and dead letters; use the middleware directly only to
+// build a runtime of your own.
 //
 // # Tracing
 //
@@ -35,8 +28,8 @@
 // the span: spans it starts are children of it, and events it commits
 // through a unit of work carry its trace on to the next consumer. A missing
 // or malformed traceparent never fails a message; the span then starts a new
-// trace. Configure it with Config.TracerProvider (ConsumerConfig for a
-// [Consumer]); the default is the global provider, a no-op until the
+// trace. Configure it with Config.TracerProvider (consumer.Config in
+// package consumer); the default is the global provider, a no-op until the
 // application sets one, with which an incoming traceparent still passes on
 // to the events the handler emits.
 //

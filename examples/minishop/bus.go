@@ -8,7 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"gorm.io/gorm"
 
-	"github.com/bentoevents/bento/inbox"
+	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/messaging"
 )
 
@@ -28,7 +28,7 @@ var groupBindings = map[string][]string{
 // bus is where the projector publishes and consumer groups subscribe.
 type bus struct {
 	pub         message.Publisher
-	newConsumer func(db *gorm.DB, cfg *inbox.ConsumerConfig) (*inbox.Consumer, error)
+	newConsumer func(db *gorm.DB, cfg *consumer.Config) (*consumer.Consumer, error)
 	close       func()
 }
 
@@ -50,8 +50,8 @@ func openBus(ctx context.Context, log *slog.Logger, amqpURL string) (*bus, error
 		}
 		return &bus{
 			pub: mem,
-			newConsumer: func(db *gorm.DB, cfg *inbox.ConsumerConfig) (*inbox.Consumer, error) {
-				return inbox.NewMemoryConsumer(db, mem, cfg)
+			newConsumer: func(db *gorm.DB, cfg *consumer.Config) (*consumer.Consumer, error) {
+				return consumer.NewMemory(db, mem, cfg)
 			},
 			close: func() { _ = mem.Close() },
 		}, nil
@@ -72,8 +72,8 @@ func openBus(ctx context.Context, log *slog.Logger, amqpURL string) (*bus, error
 	}
 	return &bus{
 		pub: pub,
-		newConsumer: func(db *gorm.DB, ccfg *inbox.ConsumerConfig) (*inbox.Consumer, error) {
-			return inbox.NewAMQPConsumer(ctx, db, cfg, ccfg)
+		newConsumer: func(db *gorm.DB, ccfg *consumer.Config) (*consumer.Consumer, error) {
+			return consumer.NewAMQP(ctx, db, cfg, ccfg)
 		},
 		close: func() { _ = pub.Close() },
 	}, nil

@@ -7,9 +7,9 @@ import (
 	"sort"
 	"time"
 
+	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/examples/minishop/inventory"
 	"github.com/bentoevents/bento/examples/minishop/order"
-	"github.com/bentoevents/bento/inbox"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/uow"
 )
@@ -31,8 +31,8 @@ type Notification struct {
 	CreatedAt  time.Time `json:"created_at"`
 }
 
-func (a *App) consumerConfig(group string) *inbox.ConsumerConfig {
-	cfg := inbox.DefaultConsumerConfig(group)
+func (a *App) consumerConfig(group string) *consumer.Config {
+	cfg := consumer.DefaultConfig(group)
 	cfg.MaxRetries = 10 // optimistic conflicts on hot skus are retried here
 	cfg.Logger = a.log
 	cfg.Registerer = a.metrics
@@ -43,12 +43,12 @@ func (a *App) consumerConfig(group string) *inbox.ConsumerConfig {
 // order.cancelled, emitting stock.reserved and stock.released; an order that
 // asks for more than is available reserves nothing and emits
 // stock.rejected. Everything it changes commits with its inbox record.
-func (a *App) inventoryConsumer() (*inbox.Consumer, error) {
+func (a *App) inventoryConsumer() (*consumer.Consumer, error) {
 	c, err := a.bus.newConsumer(a.db, a.consumerConfig(inventoryGroup))
 	if err != nil {
 		return nil, err
 	}
-	if err := inbox.Handle(c, func(ctx context.Context, e order.OrderPlaced, env *messaging.Envelope) error {
+	if err := consumer.Handle(c, func(ctx context.Context, e order.OrderPlaced, env *messaging.Envelope) error {
 		return a.units.Run(ctx, func(ctx context.Context, u *uow.UnitOfWork) error {
 			items := mergeItems(e.Items)
 			stocks, err := a.loadStocks(ctx, u, items)
@@ -61,14 +61,14 @@ func (a *App) inventoryConsumer() (*inbox.Consumer, error) {
 				return u.Add(inventory.Reject(e.OrderID, items, err.Error()))
 			}
 			if err != nil {
-				return inbox.Permanent(err)
+				return consumer.Permanent(err)
 			}
 			return u.Add(r)
 		})
 	}); err != nil {
 		return nil, err
 	}
-	if err := inbox.Handle(c, func(ctx context.Context, e order.OrderCancelled, env *messaging.Envelope) error {
+	if err := consumer.Handle(c, func(ctx context.Context, e order.OrderCancelled, env *messaging.Envelope) error {
 		return a.units.Run(ctx, func(ctx context.Context, u *uow.UnitOfWork) error {
 			r, err := uow.Get[inventory.Reservation](ctx, u, e.OrderID)
 			if errors.Is(err, uow.ErrNotFound) {
@@ -125,12 +125,12 @@ func mergeItems(lines order.Items) inventory.Items {
 // orderingConsumer cancels, with the reason, an order whose stock was
 // rejected: the chained step after the inventory's. An order already paid
 // or cancelled by then is left as it is.
-func (a *App) orderingConsumer() (*inbox.Consumer, error) {
+func (a *App) orderingConsumer() (*consumer.Consumer, error) {
 	c, err := a.bus.newConsumer(a.db, a.consumerConfig(orderingGroup))
 	if err != nil {
 		return nil, err
 	}
-	if err := inbox.Handle(c, func(ctx context.Context, e inventory.StockRejected, env *messaging.Envelope) error {
+	if err := consumer.Handle(c, func(ctx context.Context, e inventory.StockRejected, env *messaging.Envelope) error {
 		return a.units.Run(ctx, func(ctx context.Context, u *uow.UnitOfWork) error {
 			o, err := uow.Get[order.Order](ctx, u, e.OrderID)
 			if err != nil {
@@ -151,7 +151,7 @@ func (a *App) orderingConsumer() (*inbox.Consumer, error) {
 
 // notificationConsumer records one notification per paid order, per
 // declined payment and per order the shop cancelled.
-func (a *App) notificationConsumer() (*inbox.Consumer, error) {
+func (a *App) notificationConsumer() (*consumer.Consumer, error) {
 	c, err := a.bus.newConsumer(a.db, a.consumerConfig(notificationGroup))
 	if err != nil {
 		return nil, err
@@ -164,19 +164,19 @@ func (a *App) notificationConsumer() (*inbox.Consumer, error) {
 		}
 		return db.Create(&Notification{EventID: env.ID, OrderID: orderID, CustomerID: o.CustomerID, Text: text}).Error
 	}
-	if err := inbox.Handle(c, func(ctx context.Context, e order.OrderPaid, env *messaging.Envelope) error {
+	if err := consumer.Handle(c, func(ctx context.Context, e order.OrderPaid, env *messaging.Envelope) error {
 		return notify(ctx, env, e.OrderID,
 			fmt.Sprintf("Payment of %d cents received for order %s; we are packing it.", e.AmountCents, e.OrderID))
 	}); err != nil {
 		return nil, err
 	}
-	if err := inbox.Handle(c, func(ctx context.Context, e order.OrderPaymentFailed, env *messaging.Envelope) error {
+	if err := consumer.Handle(c, func(ctx context.Context, e order.OrderPaymentFailed, env *messaging.Envelope) error {
 		return notify(ctx, env, e.OrderID, fmt.Sprintf("Your payment of %d cents for order %s was declined (%s); the order waits for another payment.",
 			e.AmountCents, e.OrderID, e.Reason))
 	}); err != nil {
 		return nil, err
 	}
-	if err := inbox.Handle(c, func(ctx context.Context, e order.OrderCancelled, env *messaging.Envelope) error {
+	if err := consumer.Handle(c, func(ctx context.Context, e order.OrderCancelled, env *messaging.Envelope) error {
 		if e.Reason == "" {
 			return nil // the customer cancelled: they know
 		}

@@ -12,9 +12,9 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/bentotest"
+	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/examples/minishop/inventory"
 	"github.com/bentoevents/bento/examples/minishop/order"
-	"github.com/bentoevents/bento/inbox"
 )
 
 // These tests run minishop's commands and consumers in process with
@@ -25,9 +25,9 @@ func newKitApp(t *testing.T) (*bentotest.Env, *App) {
 	env := bentotest.New(t, nil)
 	b := &bus{ // minishop's in-memory bus wiring, on the env's bus
 		pub: env.Bus,
-		newConsumer: func(db *gorm.DB, cfg *inbox.ConsumerConfig) (*inbox.Consumer, error) {
+		newConsumer: func(db *gorm.DB, cfg *consumer.Config) (*consumer.Consumer, error) {
 			cfg.RetryInitialInterval, cfg.RetryMaxInterval = time.Millisecond, 5*time.Millisecond
-			return inbox.NewMemoryConsumer(db, env.Bus, cfg)
+			return consumer.NewMemory(db, env.Bus, cfg)
 		},
 		close: func() {},
 	}

@@ -34,6 +34,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/bentoevents/bento/aggregate"
+	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/inbox"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
@@ -153,7 +154,7 @@ func openDB(cfg config) (*gorm.DB, error) {
 // bus is where the projector publishes and the consumer reads.
 type bus struct {
 	pub         message.Publisher
-	newConsumer func(db *gorm.DB, cc *inbox.ConsumerConfig) (*inbox.Consumer, error)
+	newConsumer func(db *gorm.DB, cc *consumer.Config) (*consumer.Consumer, error)
 }
 
 // openBus declares the consumer group's queue before anything is
@@ -168,8 +169,8 @@ func openBus(ctx context.Context, cfg config, topics ...string) (*bus, func(), e
 		if err := mem.DeclareQueue(cfg.Group, topics...); err != nil {
 			return nil, nil, err
 		}
-		return &bus{pub: mem, newConsumer: func(db *gorm.DB, cc *inbox.ConsumerConfig) (*inbox.Consumer, error) {
-			return inbox.NewMemoryConsumer(db, mem, cc)
+		return &bus{pub: mem, newConsumer: func(db *gorm.DB, cc *consumer.Config) (*consumer.Consumer, error) {
+			return consumer.NewMemory(db, mem, cc)
 		}}, func() { _ = mem.Close() }, nil
 	}
 	amqpCfg := &messaging.AMQPConfig{URL: cfg.AMQPURL, Exchange: cfg.Exchange, Logger: cfg.Log}
@@ -180,8 +181,8 @@ func openBus(ctx context.Context, cfg config, topics ...string) (*bus, func(), e
 	if err != nil {
 		return nil, nil, err
 	}
-	return &bus{pub: pub, newConsumer: func(db *gorm.DB, cc *inbox.ConsumerConfig) (*inbox.Consumer, error) {
-		return inbox.NewAMQPConsumer(ctx, db, amqpCfg, cc)
+	return &bus{pub: pub, newConsumer: func(db *gorm.DB, cc *consumer.Config) (*consumer.Consumer, error) {
+		return consumer.NewAMQP(ctx, db, amqpCfg, cc)
 	}}, func() { _ = pub.Close() }, nil
 }
 
@@ -234,7 +235,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		return fmt.Errorf("open bus: %w", err)
 	}
 	defer closeBus()
-	ccfg := inbox.DefaultConsumerConfig(cfg.Group)
+	ccfg := consumer.DefaultConfig(cfg.Group)
 	ccfg.Logger = cfg.Log
 	c, err := b.newConsumer(db, ccfg)
 	if err != nil {
@@ -244,12 +245,12 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		n := Notification{EventID: env.ID, OrderID: orderID, Text: text}
 		return uow.DB(ctx, db).Create(&n).Error // in the inbox's transaction
 	}
-	if err := inbox.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+	if err := consumer.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
 		return notify(ctx, env, e.OrderID, fmt.Sprintf("order %s placed: %d cents", e.OrderID, e.TotalCents))
 	}); err != nil {
 		return err
 	}
-	if err := inbox.Handle(c, func(ctx context.Context, e OrderPaid, env *messaging.Envelope) error {
+	if err := consumer.Handle(c, func(ctx context.Context, e OrderPaid, env *messaging.Envelope) error {
 		return notify(ctx, env, e.OrderID, fmt.Sprintf("order %s paid: %d cents", e.OrderID, e.AmountCents))
 	}); err != nil {
 		return err

@@ -11,8 +11,8 @@
 //	cfg := redisbus.Config{Addr: "127.0.0.1:6379"}
 //	pub, err := redisbus.NewPublisher(cfg)
 //	relay, err := projector.New(store, pub, nil)
-//	c, err := redisbus.NewConsumer(db, cfg, inbox.DefaultConsumerConfig("billing"))
-//	err = inbox.Handle(c, onOrderPaid)
+//	c, err := redisbus.NewConsumer(db, cfg, consumer.DefaultConfig("billing"))
+//	err = consumer.Handle(c, onOrderPaid)
 //	err = c.Run(ctx)
 //
 // # Mapping
@@ -24,7 +24,7 @@
 // consumer group is a Redis consumer group of the same name on each stream
 // it reads, created by [NewSubscriber]; each Subscribe is one Redis
 // consumer of it. Dead letters of a group go to the stream
-// inbox.DeadLetterTopic(group).
+// consumer.DeadLetterTopic(group).
 //
 // # Guarantees
 //
@@ -53,13 +53,13 @@
 //
 //   - Exact topics only. Redis has no topic patterns; a topic holding '*'
 //     or '#' is rejected with [ErrTopicPattern]. That is enough for
-//     inbox.Consumer, which subscribes to the exact event types of its
+//     consumer.Consumer, which subscribes to the exact event types of its
 //     handlers. A group that wants every event type must name them.
 //   - Redelivery after a crash waits for MaxIdleTime (2s by default). A
 //     message that stays longer than MaxIdleTime in a handler, retries
 //     included, is claimed by another consumer while still in hand: a
 //     duplicate, which the inbox absorbs. Set MaxIdleTime above the longest
-//     handling time of a message, including inbox.ConsumerConfig's retry
+//     handling time of a message, including consumer.Config's retry
 //     backoff.
 //   - A subscription reads a few entries per stream ahead of the one in
 //     hand; when it stops, those wait MaxIdleTime before another consumer

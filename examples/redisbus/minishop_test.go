@@ -16,6 +16,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/bentoevents/bento/aggregate"
+	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/examples/minishop/order"
 	"github.com/bentoevents/bento/examples/redisbus"
 	"github.com/bentoevents/bento/inbox"
@@ -78,8 +79,8 @@ func TestMinishopFlowOverRedis(t *testing.T) {
 	drain(4)
 
 	reg := prometheus.NewRegistry()
-	consumer := notificationConsumer(t, db, cfg, reg)
-	runConsumer(t, consumer)
+	notifications := notificationConsumer(t, db, cfg, reg)
+	runConsumer(t, notifications)
 
 	// Once it exists.
 	paid = append(paid, placeAndPay(t, units, "carol"), placeAndPay(t, units, "dave"))
@@ -121,7 +122,7 @@ func TestMinishopFlowOverRedis(t *testing.T) {
 	// Nothing was dead-lettered.
 	rdb := redis.NewClient(&redis.Options{Addr: cfg.Addr})
 	t.Cleanup(func() { _ = rdb.Close() })
-	dead, err := rdb.XLen(ctx, cfg.StreamPrefix+inbox.DeadLetterTopic(notificationGroup)).Result()
+	dead, err := rdb.XLen(ctx, cfg.StreamPrefix+consumer.DeadLetterTopic(notificationGroup)).Result()
 	require.NoError(t, err)
 	assert.Zero(t, dead, "dead letters")
 }
@@ -129,16 +130,16 @@ func TestMinishopFlowOverRedis(t *testing.T) {
 // notificationConsumer is the notification group over Redis: a
 // notification per paid order, written in the inbox transaction, and
 // nothing for a cancelled one.
-func notificationConsumer(t *testing.T, db *gorm.DB, cfg redisbus.Config, reg prometheus.Registerer) *inbox.Consumer {
+func notificationConsumer(t *testing.T, db *gorm.DB, cfg redisbus.Config, reg prometheus.Registerer) *consumer.Consumer {
 	t.Helper()
-	ccfg := inbox.DefaultConsumerConfig(notificationGroup)
+	ccfg := consumer.DefaultConfig(notificationGroup)
 	ccfg.RetryInitialInterval = 10 * time.Millisecond
 	ccfg.RetryMaxInterval = 100 * time.Millisecond
 	ccfg.Logger = testLogger()
 	ccfg.Registerer = reg
 	c, err := redisbus.NewConsumer(db, cfg, ccfg)
 	require.NoError(t, err)
-	require.NoError(t, inbox.Handle(c, func(ctx context.Context, e order.OrderPaid, env *messaging.Envelope) error {
+	require.NoError(t, consumer.Handle(c, func(ctx context.Context, e order.OrderPaid, env *messaging.Envelope) error {
 		tx := uow.DB(ctx, db) // the inbox transaction
 		var o order.Order
 		if err := tx.Take(&o, "id = ?", e.OrderID).Error; err != nil {
@@ -148,14 +149,14 @@ func notificationConsumer(t *testing.T, db *gorm.DB, cfg redisbus.Config, reg pr
 			EventID: env.ID, OrderID: e.OrderID, CustomerID: o.CustomerID, AmountCents: e.AmountCents,
 		}).Error
 	}))
-	require.NoError(t, inbox.Handle(c, func(ctx context.Context, e order.OrderCancelled, env *messaging.Envelope) error {
+	require.NoError(t, consumer.Handle(c, func(ctx context.Context, e order.OrderCancelled, env *messaging.Envelope) error {
 		return nil // a cancelled order notifies nobody
 	}))
 	return c
 }
 
 // runConsumer runs c until the test ends and waits until it reads.
-func runConsumer(t *testing.T, c *inbox.Consumer) {
+func runConsumer(t *testing.T, c *consumer.Consumer) {
 	t.Helper()
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -17,7 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 
-	"github.com/bentoevents/bento/inbox"
+	"github.com/bentoevents/bento/consumer"
 )
 
 var (
@@ -196,15 +196,15 @@ func (p *publisher) Close() error {
 // NewConsumer returns an inbox consumer of the group ccfg.Group over Redis:
 // its subscriber reads the streams of the event types its handlers handle
 // (see NewSubscriber), and its dead letters are appended to the stream
-// inbox.DeadLetterTopic(group) (prefixed with Config.StreamPrefix) through
+// consumer.DeadLetterTopic(group) (prefixed with Config.StreamPrefix) through
 // NewPublisher. The dead-letter publisher is closed when the consumer's Run
 // returns. db needs the inbox and outbox tables (inbox.Migrate,
 // outbox.Migrate).
 //
-// Errors: ErrInvalidConfig, inbox.ErrInvalidConfig.
-func NewConsumer(db *gorm.DB, cfg Config, ccfg *inbox.ConsumerConfig) (*inbox.Consumer, error) {
+// Errors: ErrInvalidConfig, consumer.ErrInvalidConfig.
+func NewConsumer(db *gorm.DB, cfg Config, ccfg *consumer.Config) (*consumer.Consumer, error) {
 	if ccfg == nil {
-		return nil, fmt.Errorf("%w: nil consumer config (use inbox.DefaultConsumerConfig)", inbox.ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: nil consumer config (use consumer.DefaultConfig)", consumer.ErrInvalidConfig)
 	}
 	c, err := cfg.resolve()
 	if err != nil {
@@ -224,7 +224,7 @@ func NewConsumer(db *gorm.DB, cfg Config, ccfg *inbox.ConsumerConfig) (*inbox.Co
 		s.closers = append(s.closers, dead.Close)
 		return s, nil
 	}
-	consumer, err := inbox.NewConsumer(db, newSub, dead, inbox.DeadLetterTopic(group), ccfg)
+	consumer, err := consumer.New(db, newSub, dead, consumer.DeadLetterTopic(group), ccfg)
 	if err != nil {
 		_ = dead.Close()
 		return nil, err

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bentoevents/bento/aggregate"
+	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/examples/minishop/order"
 	"github.com/bentoevents/bento/examples/redisbus"
 	"github.com/bentoevents/bento/inbox"
@@ -31,7 +32,7 @@ func TestConfigErrors(t *testing.T) {
 	assert.ErrorIs(t, err, redisbus.ErrInvalidConfig)
 
 	_, err = redisbus.NewConsumer(nil, redisbus.Config{Addr: "127.0.0.1:1"}, nil)
-	assert.ErrorIs(t, err, inbox.ErrInvalidConfig)
+	assert.ErrorIs(t, err, consumer.ErrInvalidConfig)
 }
 
 // TestSubscriberRejectsPatterns: streams are read by exact name, so a
@@ -198,12 +199,12 @@ func TestDeadLetters(t *testing.T) {
 	db := openSQLite(t)
 	require.NoError(t, outbox.Migrate(ctx, db))
 	require.NoError(t, inbox.Migrate(ctx, db))
-	ccfg := inbox.DefaultConsumerConfig("billing")
+	ccfg := consumer.DefaultConfig("billing")
 	ccfg.Logger = testLogger()
 	c, err := redisbus.NewConsumer(db, cfg, ccfg)
 	require.NoError(t, err)
-	require.NoError(t, inbox.Handle(c, func(ctx context.Context, e order.OrderPaid, env *messaging.Envelope) error {
-		return inbox.Permanent(errors.New("card declined"))
+	require.NoError(t, consumer.Handle(c, func(ctx context.Context, e order.OrderPaid, env *messaging.Envelope) error {
+		return consumer.Permanent(errors.New("card declined"))
 	}))
 	runConsumer(t, c)
 
@@ -215,7 +216,7 @@ func TestDeadLetters(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, publisher(t, cfg).Publish("order.paid", m))
 
-	dead, err := redisbus.NewSubscriber(cfg, "dead-letter-reader", []string{inbox.DeadLetterTopic("billing")})
+	dead, err := redisbus.NewSubscriber(cfg, "dead-letter-reader", []string{consumer.DeadLetterTopic("billing")})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = dead.Close() })
 	ch, err := dead.Subscribe(ctx, "")
@@ -223,6 +224,6 @@ func TestDeadLetters(t *testing.T) {
 	got := receive(t, ch)
 	got.Ack()
 	assert.Equal(t, m.UUID, got.UUID)
-	assert.Contains(t, got.Metadata.Get(inbox.MetaDeadReason), "card declined")
+	assert.Contains(t, got.Metadata.Get(consumer.MetaDeadReason), "card declined")
 	assert.Equal(t, string(m.Payload), string(got.Payload))
 }

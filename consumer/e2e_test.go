@@ -1,4 +1,4 @@
-package inbox_test
+package consumer_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bentoevents/bento/aggregate"
+	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/inbox"
 	"github.com/bentoevents/bento/internal/tcpproxy"
 	"github.com/bentoevents/bento/internal/testenv"
@@ -42,16 +43,16 @@ func TestEndToEndExactlyOnce(t *testing.T) {
 		handler := func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
 			return uow.DB(ctx, nil).Create(&Effect{MessageID: env.ID}).Error
 		}
-		newConsumer := func(amqpCfg *messaging.AMQPConfig) *inbox.Consumer {
-			var c *inbox.Consumer
+		newConsumer := func(amqpCfg *messaging.AMQPConfig) *consumer.Consumer {
+			var c *consumer.Consumer
 			if amqpCfg != nil {
 				var err error
-				c, err = inbox.NewAMQPConsumer(ctx, h.db, amqpCfg, s.config())
+				c, err = consumer.NewAMQP(ctx, h.db, amqpCfg, s.config())
 				require.NoError(t, err)
 			} else {
 				c = s.newConsumer(t, s.config())
 			}
-			require.NoError(t, inbox.Handle(c, handler))
+			require.NoError(t, consumer.Handle(c, handler))
 			return c
 		}
 

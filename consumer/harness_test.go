@@ -1,4 +1,4 @@
-package inbox_test
+package consumer_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/aggregate"
-	"github.com/bentoevents/bento/inbox"
+	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
@@ -27,7 +27,7 @@ type harness struct {
 	name string
 	db   *gorm.DB
 	// newConsumer builds a consumer of cfg.Group.
-	newConsumer func(t *testing.T, cfg *inbox.ConsumerConfig) *inbox.Consumer
+	newConsumer func(t *testing.T, cfg *consumer.Config) *consumer.Consumer
 	// publish sends msg with routing key topic.
 	publish func(t *testing.T, topic string, msg *message.Message)
 	// deadLetters waits for n dead letters of group and returns them.
@@ -64,8 +64,8 @@ func memoryHarness(t *testing.T) *harness {
 		name: "memory+sqlite",
 		db:   db,
 		bus:  bus,
-		newConsumer: func(t *testing.T, cfg *inbox.ConsumerConfig) *inbox.Consumer {
-			c, err := inbox.NewMemoryConsumer(db, bus, cfg)
+		newConsumer: func(t *testing.T, cfg *consumer.Config) *consumer.Consumer {
+			c, err := consumer.NewMemory(db, bus, cfg)
 			require.NoError(t, err)
 			return c
 		},
@@ -75,7 +75,7 @@ func memoryHarness(t *testing.T) *harness {
 		deadLetters: func(t *testing.T, group string, n int) []*message.Message {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			msgs, err := bus.Subscriber(group+".dead", inbox.DeadLetterTopic(group)).Subscribe(ctx, "")
+			msgs, err := bus.Subscriber(group+".dead", consumer.DeadLetterTopic(group)).Subscribe(ctx, "")
 			require.NoError(t, err)
 			var out []*message.Message
 			for len(out) < n {
@@ -104,9 +104,9 @@ func rabbitHarness(t *testing.T) *harness {
 		name: "rabbitmq+postgres",
 		db:   db,
 		amqp: cfg,
-		newConsumer: func(t *testing.T, ccfg *inbox.ConsumerConfig) *inbox.Consumer {
+		newConsumer: func(t *testing.T, ccfg *consumer.Config) *consumer.Consumer {
 			ex.Queues(ccfg.Group, ccfg.Group+".dead")
-			c, err := inbox.NewAMQPConsumer(context.Background(), db, cfg, ccfg)
+			c, err := consumer.NewAMQP(context.Background(), db, cfg, ccfg)
 			require.NoError(t, err)
 			return c
 		},
@@ -150,7 +150,7 @@ func (s *suite) peekDead(t *testing.T) []string {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	msgs, err := s.bus.Subscriber(s.group+".dead", inbox.DeadLetterTopic(s.group)).Subscribe(ctx, "")
+	msgs, err := s.bus.Subscriber(s.group+".dead", consumer.DeadLetterTopic(s.group)).Subscribe(ctx, "")
 	if err != nil {
 		return []string{err.Error()}
 	}
@@ -158,7 +158,7 @@ func (s *suite) peekDead(t *testing.T) []string {
 	for len(out) < 3 {
 		select {
 		case m := <-msgs:
-			out = append(out, m.Metadata.Get(inbox.MetaDeadReason))
+			out = append(out, m.Metadata.Get(consumer.MetaDeadReason))
 			m.Nack()
 		case <-time.After(200 * time.Millisecond):
 			return out
@@ -168,7 +168,7 @@ func (s *suite) peekDead(t *testing.T) []string {
 }
 
 // run runs c until the test ends, returning once it is subscribed.
-func run(t *testing.T, c *inbox.Consumer) context.CancelFunc {
+func run(t *testing.T, c *consumer.Consumer) context.CancelFunc {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -1,4 +1,4 @@
-package inbox_test
+package consumer_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/inbox"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
@@ -36,17 +37,17 @@ func ExampleConsumer() {
 	_ = inbox.Migrate(ctx, db)
 	_ = db.AutoMigrate(&Shipment{})
 
-	bus := messaging.NewMemoryBus() // messaging.NewAMQPSubscriber & co. for RabbitMQ: inbox.NewAMQPConsumer
-	cfg := inbox.DefaultConsumerConfig("shipping")
+	bus := messaging.NewMemoryBus() // messaging.NewAMQPSubscriber & co. for RabbitMQ: consumer.NewAMQP
+	cfg := consumer.DefaultConfig("shipping")
 	cfg.Logger = quiet
-	shipping, err := inbox.NewMemoryConsumer(db, bus, cfg)
+	shipping, err := consumer.NewMemory(db, bus, cfg)
 	if err != nil {
 		log.Fatal(err)
 	}
 	shipped := make(chan string, 1)
 	// The handler runs in the inbox's transaction: its writes (and any unit
 	// of work begun with ctx) commit with the inbox record, exactly once.
-	err = inbox.Handle(shipping, func(ctx context.Context, e OrderPaid, env *messaging.Envelope) error {
+	err = consumer.Handle(shipping, func(ctx context.Context, e OrderPaid, env *messaging.Envelope) error {
 		if err := uow.DB(ctx, db).Create(&Shipment{OrderID: e.OrderID}).Error; err != nil {
 			return err
 		}

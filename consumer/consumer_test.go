@@ -1,4 +1,4 @@
-package inbox_test
+package consumer_test
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/bentoevents/bento/aggregate"
+	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/inbox"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
@@ -76,8 +77,8 @@ func newSuite(t *testing.T, h *harness) *suite {
 	return &suite{harness: h, units: units, reg: prometheus.NewRegistry(), group: "g" + aggregate.NewID()[16:]}
 }
 
-func (s *suite) config() *inbox.ConsumerConfig {
-	cfg := inbox.DefaultConsumerConfig(s.group)
+func (s *suite) config() *consumer.Config {
+	cfg := consumer.DefaultConfig(s.group)
 	cfg.RetryInitialInterval = 5 * time.Millisecond
 	cfg.RetryMaxInterval = 20 * time.Millisecond
 	cfg.Logger = quiet
@@ -121,7 +122,7 @@ func TestConsumerAppliesDuplicatesOnce(t *testing.T) {
 		var calls atomic.Int32
 		for i := 0; i < 2; i++ { // two instances of the group
 			c := s.newConsumer(t, s.config())
-			require.NoError(t, inbox.Handle(c, effectHandler(&calls)))
+			require.NoError(t, consumer.Handle(c, effectHandler(&calls)))
 			run(t, c)
 		}
 		var msgs []string
@@ -162,7 +163,7 @@ func TestConsumerConcurrency(t *testing.T) {
 		var inFlight, peak, calls atomic.Int32
 		all := make(chan struct{})
 		var once sync.Once
-		require.NoError(t, inbox.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+		require.NoError(t, consumer.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
 			calls.Add(1)
 			now := inFlight.Add(1)
 			defer inFlight.Add(-1)
@@ -199,7 +200,7 @@ func TestConsumerRetriesThenApplies(t *testing.T) {
 		s := newSuite(t, h)
 		var calls atomic.Int32
 		c := s.newConsumer(t, s.config())
-		require.NoError(t, inbox.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+		require.NoError(t, consumer.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
 			n := calls.Add(1)
 			if err := uow.DB(ctx, nil).Create(&Effect{MessageID: env.ID}).Error; err != nil {
 				return err
@@ -238,7 +239,7 @@ func TestConsumerChainsEventsAtomically(t *testing.T) {
 		}))
 		var attempts atomic.Int32
 		c := s.newConsumer(t, s.config())
-		require.NoError(t, inbox.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+		require.NoError(t, consumer.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
 			n := attempts.Add(1)
 			return s.units.Run(ctx, func(ctx context.Context, u *uow.UnitOfWork) error {
 				st, err := uow.Get[Stock](ctx, u, e.SKU)
@@ -290,7 +291,7 @@ func TestConsumerDeadLetters(t *testing.T) {
 		var mu sync.Mutex
 		perMessage := map[string]int{}
 		c := s.newConsumer(t, cfg)
-		require.NoError(t, inbox.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+		require.NoError(t, consumer.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
 			calls.Add(1)
 			mu.Lock()
 			perMessage[e.OrderID]++
@@ -319,7 +320,7 @@ func TestConsumerDeadLetters(t *testing.T) {
 		dead := s.deadLetters(t, s.group, 4)
 		reasons := map[string]string{}
 		for _, m := range dead {
-			reasons[m.UUID] = m.Metadata.Get(inbox.MetaDeadReason)
+			reasons[m.UUID] = m.Metadata.Get(consumer.MetaDeadReason)
 		}
 		assert.Contains(t, reasons[poison.UUID], "stock service says no")
 		assert.Contains(t, reasons[unknown.UUID], "no handler")
@@ -346,7 +347,7 @@ func TestConsumerUpcasts(t *testing.T) {
 		require.NoError(t, messaging.RegisterUpcaster(cfg.Registry, upcastPlaced))
 		got := make(chan OrderPlaced, 2)
 		c := s.newConsumer(t, cfg)
-		require.NoError(t, inbox.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+		require.NoError(t, consumer.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
 			got <- e
 			return nil
 		}))
@@ -368,21 +369,21 @@ func TestConsumerConfig(t *testing.T) {
 	t.Parallel()
 	h := memoryHarness(t)
 	require.NoError(t, inbox.Migrate(context.Background(), h.db))
-	bad := inbox.DefaultConsumerConfig("has space")
+	bad := consumer.DefaultConfig("has space")
 	bad.MaxRetries = -1
 	bad.RetryInitialInterval = 0
 	bad.Registry = nil
 	bad.Concurrency = -1
-	_, err := inbox.NewConsumer(h.db, func([]string) (message.Subscriber, error) { return nil, nil }, nil, "", bad)
-	require.ErrorIs(t, err, inbox.ErrInvalidConfig)
+	_, err := consumer.New(h.db, func([]string) (message.Subscriber, error) { return nil, nil }, nil, "", bad)
+	require.ErrorIs(t, err, consumer.ErrInvalidConfig)
 	for _, f := range []string{"Group", "MaxRetries", "RetryInitialInterval", "Registry", "Concurrency", "dead-letter"} {
 		assert.Contains(t, err.Error(), f)
 	}
-	c := h.newConsumer(t, inbox.DefaultConsumerConfig("g1"))
-	require.NoError(t, inbox.Handle(c, func(context.Context, OrderPaid, *messaging.Envelope) error { return nil }))
-	require.Error(t, inbox.Handle(c, func(context.Context, OrderPaid, *messaging.Envelope) error { return nil }),
+	c := h.newConsumer(t, consumer.DefaultConfig("g1"))
+	require.NoError(t, consumer.Handle(c, func(context.Context, OrderPaid, *messaging.Envelope) error { return nil }))
+	require.Error(t, consumer.Handle(c, func(context.Context, OrderPaid, *messaging.Envelope) error { return nil }),
 		"one handler per event type")
-	assert.Equal(t, "bento-dead.g_x", inbox.DeadLetterTopic("g:x"))
+	assert.Equal(t, "bento-dead.g_x", consumer.DeadLetterTopic("g:x"))
 }
 
 // TestStoppingConsumerDoesNotDeadLetter stops a consumer while its handler
@@ -393,7 +394,7 @@ func TestStoppingConsumerDoesNotDeadLetter(t *testing.T) {
 		s := newSuite(t, h)
 		entered := make(chan struct{}, 1)
 		first := s.newConsumer(t, s.config())
-		require.NoError(t, inbox.Handle(first, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+		require.NoError(t, consumer.Handle(first, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
 			entered <- struct{}{}
 			<-ctx.Done() // shutting down mid-handler
 			return ctx.Err()
@@ -410,7 +411,7 @@ func TestStoppingConsumerDoesNotDeadLetter(t *testing.T) {
 
 		var calls atomic.Int32
 		second := s.newConsumer(t, s.config())
-		require.NoError(t, inbox.Handle(second, effectHandler(&calls)))
+		require.NoError(t, consumer.Handle(second, effectHandler(&calls)))
 		run(t, second)
 		waitFor(t, 30*time.Second, "the message applied by the next consumer", func() bool { return s.effects(t) == 1 })
 		assert.EqualValues(t, 1, calls.Load())

@@ -1,4 +1,4 @@
-package inbox_test
+package consumer_test
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/inbox"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
@@ -55,11 +56,11 @@ func Example_tracing() {
 	pcfg.TracerProvider = tp
 	pcfg.Logger = quiet
 	relay, _ := projector.New(units.Outbox(), bus, pcfg)
-	ccfg := inbox.DefaultConsumerConfig("shipping")
+	ccfg := consumer.DefaultConfig("shipping")
 	ccfg.TracerProvider = tp
 	ccfg.Logger = quiet
-	shipping, _ := inbox.NewMemoryConsumer(db, bus, ccfg)
-	_ = inbox.Handle(shipping, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+	shipping, _ := consumer.NewMemory(db, bus, ccfg)
+	_ = consumer.Handle(shipping, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
 		_, span := tracer.Start(ctx, "pack order") // a child of the consume span
 		defer span.End()
 		return nil

@@ -1,4 +1,4 @@
-package inbox
+package consumer
 
 import (
 	"context"
@@ -19,22 +19,26 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/aggregate"
+	"github.com/bentoevents/bento/inbox"
 	"github.com/bentoevents/bento/internal/tracing"
 	"github.com/bentoevents/bento/messaging"
 )
 
 var (
+	// ErrInvalidConfig is returned for a bad configuration; the message
+	// names every bad field.
+	ErrInvalidConfig = errors.New("consumer: invalid config")
 	// ErrPermanent marks a handler error that retrying cannot fix: the
 	// message goes to the dead-letter destination at once. Wrap errors with
 	// Permanent.
-	ErrPermanent = errors.New("inbox: permanent failure")
+	ErrPermanent = errors.New("consumer: permanent failure")
 	// ErrNoHandler is returned for a message whose event type has no
 	// handler in the consumer; it wraps messaging.ErrUnknownEventType and is
 	// dead-lettered at once.
-	ErrNoHandler = fmt.Errorf("inbox: no handler: %w", messaging.ErrUnknownEventType)
+	ErrNoHandler = fmt.Errorf("consumer: no handler: %w", messaging.ErrUnknownEventType)
 	// ErrRunning is returned when Handle is called on a running consumer or
 	// Run is called twice.
-	ErrRunning = errors.New("inbox: consumer already running")
+	ErrRunning = errors.New("consumer: already running")
 )
 
 // MetaDeadReason is the metadata key under which a dead letter carries the
@@ -47,10 +51,10 @@ func Permanent(err error) error { return fmt.Errorf("%w: %w", ErrPermanent, err)
 
 // IsPermanent reports whether err is one retrying cannot fix: a malformed
 // message, an unknown event type or schema version, an undecodable payload,
-// a failed upcast, a message without an id, or an error wrapped with
-// Permanent.
+// a failed upcast, a message without an id or with a malformed aggregate
+// version, or an error wrapped with Permanent.
 func IsPermanent(err error) bool {
-	for _, target := range []error{ErrPermanent, ErrNoMessageID, messaging.ErrMalformedMessage,
+	for _, target := range []error{ErrPermanent, inbox.ErrNoMessageID, inbox.ErrBadVersion, messaging.ErrMalformedMessage,
 		messaging.ErrUnknownEventType, messaging.ErrUnknownSchemaVersion, messaging.ErrMalformedPayload, messaging.ErrUpcast} {
 		if errors.Is(err, target) {
 			return true
@@ -59,34 +63,42 @@ func IsPermanent(err error) bool {
 	return false
 }
 
-// ConsumerConfig configures a Consumer. Start from DefaultConsumerConfig;
+// Config configures a Consumer. Start from DefaultConfig;
 // a non-nil config is taken as given (MaxRetries 0 means no retries).
-type ConsumerConfig struct {
+type Config struct {
 	// Group names the consumer group: its queue, its inbox consumer name and
 	// its dead-letter destination. Required.
 	Group string
 	// Registry decodes payloads into event types (with upcasters). Handle
-	// registers each handled type as current. DefaultConsumerConfig: a new,
+	// registers each handled type as current. DefaultConfig: a new,
 	// empty registry.
 	Registry *messaging.Registry
 	// MaxRetries is how many times a failing message is retried in the
 	// consumer, with exponential backoff, before it is dead-lettered.
-	// DefaultConsumerConfig: 5.
+	// DefaultConfig: 5.
 	MaxRetries int
 	// RetryInitialInterval and RetryMaxInterval bound the backoff between
-	// retries. DefaultConsumerConfig: 100ms and 10s.
+	// retries. DefaultConfig: 100ms and 10s.
 	RetryInitialInterval time.Duration
 	RetryMaxInterval     time.Duration
 	// CloseTimeout is how long Run waits for handlers when its context ends.
-	// DefaultConsumerConfig: 30s.
+	// DefaultConfig: 30s.
 	CloseTimeout time.Duration
 	// Concurrency is how many messages the consumer handles at once, each
 	// in its own subscription to the group's queue (on RabbitMQ, a channel
 	// each on the consumer's connection). Each message still gets its own
 	// transaction and inbox record. Above 1, messages are handled in no
 	// particular order, as with several consumer processes. Optional: 0
-	// means 1; DefaultConsumerConfig: 1.
+	// means 1; DefaultConfig: 1.
 	Concurrency int
+	// Versions is the inbox's policy for aggregate versions (see
+	// inbox.Versions): VersionsIncreasing or VersionsContiguous keep a
+	// version watermark per aggregate, which skips late duplicates even
+	// after their inbox records were purged; with VersionsContiguous a
+	// message that arrives before its predecessor was applied fails with
+	// inbox.ErrGap and is retried like any failure. Optional: the zero
+	// value, inbox.VersionsIgnored, dedups by message id alone.
+	Versions inbox.Versions
 	// TxOptions are used for each message's transaction. Optional.
 	TxOptions *sql.TxOptions
 	// Logger receives the consumer's and Watermill's logs. Optional:
@@ -103,14 +115,14 @@ type ConsumerConfig struct {
 	Propagator propagation.TextMapPropagator
 }
 
-// maxConcurrency bounds ConsumerConfig.Concurrency: each subscription holds
+// maxConcurrency bounds Config.Concurrency: each subscription holds
 // a database connection while it handles a message.
 const maxConcurrency = 256
 
-// DefaultConsumerConfig returns the defaults for group: 5 retries with
+// DefaultConfig returns the defaults for group: 5 retries with
 // backoff from 100ms to 10s, a 30s close timeout and a new registry.
-func DefaultConsumerConfig(group string) *ConsumerConfig {
-	return &ConsumerConfig{
+func DefaultConfig(group string) *Config {
+	return &Config{
 		Group:                group,
 		Registry:             messaging.NewRegistry(),
 		MaxRetries:           5,
@@ -121,14 +133,14 @@ func DefaultConsumerConfig(group string) *ConsumerConfig {
 	}
 }
 
-func (c *ConsumerConfig) validate() (ConsumerConfig, error) {
+func (c *Config) validate() (Config, error) {
 	var errs []error
 	if c == nil {
-		return ConsumerConfig{}, fmt.Errorf("%w: nil config (use DefaultConsumerConfig)", ErrInvalidConfig)
+		return Config{}, fmt.Errorf("%w: nil config (use DefaultConfig)", ErrInvalidConfig)
 	}
 	out := *c
-	if !consumerRE.MatchString(out.Group) {
-		errs = append(errs, fmt.Errorf("Group: %q must be 1 to 200 ASCII letters, digits, '_', '.', ':' or '-'", out.Group))
+	if err := inbox.CheckConsumer(out.Group); err != nil {
+		errs = append(errs, fmt.Errorf("Group: %w", err))
 	}
 	if out.Registry == nil {
 		errs = append(errs, errors.New("Registry: required"))
@@ -166,11 +178,11 @@ type SubscriberFactory func(patterns []string) (message.Subscriber, error)
 // Consumer runs typed handlers for one consumer group: each message is
 // decoded, deduplicated by the inbox, handled in the inbox's transaction,
 // retried with backoff when it fails, and dead-lettered when it keeps
-// failing or cannot be decoded. Build it with NewAMQPConsumer,
-// NewMemoryConsumer or NewConsumer, add handlers with Handle, then Run.
+// failing or cannot be decoded. Build it with NewAMQP, NewMemory or New,
+// add handlers with Handle, then Run.
 type Consumer struct {
-	cfg       ConsumerConfig
-	inbox     *Inbox
+	cfg       Config
+	inbox     *inbox.Inbox
 	newSub    SubscriberFactory
 	dead      message.Publisher
 	deadTopic string
@@ -182,12 +194,17 @@ type Consumer struct {
 	running  chan struct{}
 }
 
-// NewConsumer returns a consumer over db that reads from the subscriber
+// New returns a consumer over db that reads from the subscriber
 // newSub returns and publishes dead letters to deadTopic on dead. db needs
 // the inbox and outbox tables (Migrate, outbox.Migrate).
 //
 // Errors: ErrInvalidConfig.
-func NewConsumer(db *gorm.DB, newSub SubscriberFactory, dead message.Publisher, deadTopic string, cfg *ConsumerConfig) (*Consumer, error) {
+func New(db *gorm.DB, newSub SubscriberFactory, dead message.Publisher, deadTopic string, cfg *Config) (*Consumer, error) {
+	return newConsumer(db, newSub, dead, deadTopic, cfg, "")
+}
+
+// newConsumer is New, with the messaging system named on consumer spans.
+func newConsumer(db *gorm.DB, newSub SubscriberFactory, dead message.Publisher, deadTopic string, cfg *Config, system string) (*Consumer, error) {
 	c, err := cfg.validate()
 	var errs []error
 	if err != nil {
@@ -202,10 +219,10 @@ func NewConsumer(db *gorm.DB, newSub SubscriberFactory, dead message.Publisher, 
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	in, err := New(db, &Config{Consumer: c.Group, TxOptions: c.TxOptions, Logger: c.Logger, Registerer: c.Registerer,
-		TracerProvider: c.TracerProvider, Propagator: c.Propagator})
+	in, err := inbox.New(db, &inbox.Config{Consumer: c.Group, TxOptions: c.TxOptions, Logger: c.Logger, Registerer: c.Registerer,
+		TracerProvider: c.TracerProvider, Propagator: c.Propagator, System: system, Versions: c.Versions})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return &Consumer{
 		cfg: c, inbox: in, newSub: newSub, dead: dead, deadTopic: deadTopic,
@@ -223,20 +240,20 @@ func DeadLetterTopic(group string) string {
 	return "bento-dead." + notTopicChars.ReplaceAllString(group, "_")
 }
 
-// NewMemoryConsumer returns a consumer of group cfg.Group on the in-memory
+// NewMemory returns a consumer of group cfg.Group on the in-memory
 // bus. Dead letters go to the queue "<group>.dead", bound to
 // DeadLetterTopic(group) on the same bus (so a consumer bound to "#" sees
 // them too).
-func NewMemoryConsumer(db *gorm.DB, bus *messaging.MemoryBus, cfg *ConsumerConfig) (*Consumer, error) {
+func NewMemory(db *gorm.DB, bus *messaging.MemoryBus, cfg *Config) (*Consumer, error) {
 	if bus == nil {
 		return nil, fmt.Errorf("%w: nil bus", ErrInvalidConfig)
 	}
 	if cfg == nil {
-		return nil, fmt.Errorf("%w: nil config (use DefaultConsumerConfig)", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: nil config (use DefaultConfig)", ErrInvalidConfig)
 	}
 	topic := DeadLetterTopic(cfg.Group)
 	if err := bus.DeclareQueue(cfg.Group+".dead", topic); err != nil {
-		return nil, fmt.Errorf("inbox: declare dead-letter queue: %w", err)
+		return nil, fmt.Errorf("consumer: declare dead-letter queue: %w", err)
 	}
 	newSub := func(patterns []string) (message.Subscriber, error) {
 		if err := bus.DeclareQueue(cfg.Group, patterns...); err != nil {
@@ -244,20 +261,15 @@ func NewMemoryConsumer(db *gorm.DB, bus *messaging.MemoryBus, cfg *ConsumerConfi
 		}
 		return bus.Subscriber(cfg.Group, patterns...), nil
 	}
-	c, err := NewConsumer(db, newSub, bus, topic, cfg)
-	if err != nil {
-		return nil, err
-	}
-	c.inbox.system = tracing.SystemMemory
-	return c, nil
+	return newConsumer(db, newSub, bus, topic, cfg, tracing.SystemMemory)
 }
 
-// NewAMQPConsumer returns a consumer of group cfg.Group on RabbitMQ. It
+// NewAMQP returns a consumer of group cfg.Group on RabbitMQ. It
 // reads the durable queue named after the group, bound on amqpCfg.Exchange to
 // the event types of its handlers. Dead letters go to the exchange
 // "<exchange>.dead" with routing key DeadLetterTopic(group), bound to the
 // durable queue "<group>.dead", declared here, so they never mix with events.
-func NewAMQPConsumer(ctx context.Context, db *gorm.DB, amqpCfg *messaging.AMQPConfig, cfg *ConsumerConfig) (*Consumer, error) {
+func NewAMQP(ctx context.Context, db *gorm.DB, amqpCfg *messaging.AMQPConfig, cfg *Config) (*Consumer, error) {
 	if amqpCfg == nil || cfg == nil {
 		return nil, fmt.Errorf("%w: nil AMQP or consumer config", ErrInvalidConfig)
 	}
@@ -265,22 +277,21 @@ func NewAMQPConsumer(ctx context.Context, db *gorm.DB, amqpCfg *messaging.AMQPCo
 	deadCfg.Exchange = amqpCfg.Exchange + ".dead"
 	topic := DeadLetterTopic(cfg.Group)
 	if err := messaging.DeclareQueue(ctx, &deadCfg, cfg.Group+".dead", topic); err != nil {
-		return nil, fmt.Errorf("inbox: declare dead-letter queue: %w", err)
+		return nil, fmt.Errorf("consumer: declare dead-letter queue: %w", err)
 	}
 	dead, err := messaging.NewAMQPPublisher(&deadCfg)
 	if err != nil {
-		return nil, fmt.Errorf("inbox: dead-letter publisher: %w", err)
+		return nil, fmt.Errorf("consumer: dead-letter publisher: %w", err)
 	}
 	newSub := func(patterns []string) (message.Subscriber, error) {
 		return messaging.NewAMQPSubscriber(amqpCfg, cfg.Group, patterns...)
 	}
-	c, err := NewConsumer(db, newSub, dead, topic, cfg)
+	c, err := newConsumer(db, newSub, dead, topic, cfg, tracing.SystemRabbitMQ)
 	if err != nil {
 		_ = dead.Close()
 		return nil, err
 	}
 	c.closers = append(c.closers, dead.Close)
-	c.inbox.system = tracing.SystemRabbitMQ
 	return c, nil
 }
 
@@ -305,7 +316,7 @@ func Handle[E aggregate.Event](c *Consumer, fn func(ctx context.Context, e E, en
 		return ErrRunning
 	}
 	if _, dup := c.handlers[eventType]; dup {
-		return fmt.Errorf("inbox: a handler for %s is already registered in %s", eventType, c.cfg.Group)
+		return fmt.Errorf("consumer: a handler for %s is already registered in %s", eventType, c.cfg.Group)
 	}
 	c.handlers[eventType] = func(ctx context.Context, ev aggregate.Event, env *messaging.Envelope) error {
 		e, ok := ev.(E)
@@ -372,14 +383,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	sub, err := c.newSub(bound)
 	if err != nil {
-		return fmt.Errorf("inbox: subscribe %s: %w", c.cfg.Group, err)
+		return fmt.Errorf("consumer: subscribe %s: %w", c.cfg.Group, err)
 	}
 	defer sub.Close()
 
 	wlog := watermill.NewSlogLogger(c.cfg.Logger)
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: c.cfg.CloseTimeout}, wlog)
 	if err != nil {
-		return fmt.Errorf("inbox: router: %w", err)
+		return fmt.Errorf("consumer: router: %w", err)
 	}
 	// A handler that fails because the consumer is stopping (its message's
 	// context was cancelled) has not failed on the message: leave it to be
@@ -388,7 +399,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return !errors.Is(err, context.Canceled)
 	})
 	if err != nil {
-		return fmt.Errorf("inbox: dead-letter middleware: %w", err)
+		return fmt.Errorf("consumer: dead-letter middleware: %w", err)
 	}
 	retry := middleware.Retry{
 		MaxRetries:          c.cfg.MaxRetries,
@@ -417,7 +428,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 	}()
 	if err := router.Run(ctx); err != nil {
-		return fmt.Errorf("inbox: consumer %s: %w", c.cfg.Group, err)
+		return fmt.Errorf("consumer: consumer %s: %w", c.cfg.Group, err)
 	}
 	return nil
 }
