@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"regexp"
 	"sync"
 	"time"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/inbox"
+	"github.com/bentoevents/bento/internal/dberr"
 	"github.com/bentoevents/bento/internal/tracing"
 	"github.com/bentoevents/bento/messaging"
 )
@@ -45,6 +47,34 @@ var (
 // error that killed it (set by Watermill's poison middleware, along with
 // topic_poisoned, handler_poisoned and subscriber_poisoned).
 const MetaDeadReason = middleware.ReasonForPoisonedKey
+
+// MetaDeadCause is the metadata key under which a dead letter carries why
+// it was given up on: one of the Cause constants.
+const MetaDeadCause = "dead_cause"
+
+// The causes of dead letters (MetaDeadCause).
+const (
+	// CauseDecode: the message could not be decoded (malformed metadata or
+	// payload, unknown event type or schema version, no handler).
+	CauseDecode = "decode"
+	// CausePermanent: the handler returned an error wrapped with Permanent,
+	// or the message has no usable id or version.
+	CausePermanent = "permanent"
+	// CauseFailed: the handler kept failing through MaxRetries retries (or
+	// a transient failure outlasted OutageWindow).
+	CauseFailed = "failed"
+	// CauseGap: under inbox.VersionsContiguous, the aggregate's previous
+	// version was not applied within GapTimeout.
+	CauseGap = "gap"
+)
+
+// Defaults of the Config fields that take one when zero.
+const (
+	// DefaultOutageWindow is how long transient failures are retried.
+	DefaultOutageWindow = time.Hour
+	// DefaultGapTimeout is how long a message waits for its predecessor.
+	DefaultGapTimeout = 5 * time.Minute
+)
 
 // Permanent wraps err so the consumer does not retry it.
 func Permanent(err error) error { return fmt.Errorf("%w: %w", ErrPermanent, err) }
@@ -75,8 +105,23 @@ type Config struct {
 	Registry *messaging.Registry
 	// MaxRetries is how many times a failing message is retried in the
 	// consumer, with exponential backoff, before it is dead-lettered.
-	// DefaultConfig: 5.
+	// Transient failures (see OutageWindow) and gaps (see GapTimeout) do
+	// not count. DefaultConfig: 5.
 	MaxRetries int
+	// OutageWindow is how long a message whose handling fails transiently
+	// (the database unreachable or restarting, a lost connection, a
+	// serialization failure or deadlock, a lock or statement timeout, a
+	// busy SQLite) keeps being retried with backoff, holding its place so
+	// that nothing behind it on its subscription overtakes it. Past the
+	// window such failures count toward MaxRetries. Optional: 0 means
+	// DefaultOutageWindow (1h); negative means none.
+	OutageWindow time.Duration
+	// GapTimeout is how long a message refused with inbox.ErrGap (its
+	// aggregate's previous version not applied yet, under
+	// inbox.VersionsContiguous) keeps being retried before it is
+	// dead-lettered with the cause "gap". Optional: 0 means
+	// DefaultGapTimeout (5m); negative means none.
+	GapTimeout time.Duration
 	// RetryInitialInterval and RetryMaxInterval bound the backoff between
 	// retries. DefaultConfig: 100ms and 10s.
 	RetryInitialInterval time.Duration
@@ -165,10 +210,23 @@ func (c *Config) validate() (Config, error) {
 	if out.Logger == nil {
 		out.Logger = slog.Default()
 	}
+	out.OutageWindow = orDefault(out.OutageWindow, DefaultOutageWindow)
+	out.GapTimeout = orDefault(out.GapTimeout, DefaultGapTimeout)
 	if err := errors.Join(errs...); err != nil {
 		return out, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return out, nil
+}
+
+// orDefault returns def for a zero d, 0 for a negative one (none), else d.
+func orDefault(d, def time.Duration) time.Duration {
+	switch {
+	case d == 0:
+		return def
+	case d < 0:
+		return 0
+	}
+	return d
 }
 
 // SubscriberFactory returns the subscriber of a consumer group, bound to the
@@ -356,6 +414,70 @@ func (c *Consumer) dispatch(msg *message.Message) error {
 	return h(msg.Context(), ev, env)
 }
 
+// retry is the middleware that decides, for each failure of a message,
+// whether to try it again (after a backoff, in place, so nothing behind it
+// on its subscription overtakes it) or to give up: then it returns the
+// error with the cause in MetaDeadCause, for the poison middleware to
+// dead-letter. A message whose context ends (the consumer stopping) is
+// returned at once, to be redelivered.
+func (c *Consumer) retry(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		ctx := msg.Context()
+		start := time.Now()
+		delay := c.cfg.RetryInitialInterval
+		failures := 0
+		for {
+			out, err := h(msg)
+			if err == nil {
+				return out, nil
+			}
+			if ctx.Err() != nil || errors.Is(err, context.Canceled) {
+				return nil, err
+			}
+			cause := ""
+			switch waited := time.Since(start); {
+			case errors.Is(err, ErrNoHandler) || isDecode(err):
+				cause = CauseDecode
+			case IsPermanent(err):
+				cause = CausePermanent
+			case errors.Is(err, inbox.ErrGap):
+				if waited >= c.cfg.GapTimeout {
+					cause = CauseGap
+				}
+			case dberr.IsTransient(err) && waited < c.cfg.OutageWindow:
+				c.cfg.Logger.Warn("consumer: transient failure; retrying in place", "group", c.cfg.Group,
+					"message_id", msg.UUID, "waited", waited.Round(time.Millisecond), "err", err)
+			default:
+				if failures++; failures > c.cfg.MaxRetries {
+					cause = CauseFailed
+				}
+			}
+			if cause != "" {
+				msg.Metadata.Set(MetaDeadCause, cause)
+				return nil, err
+			}
+			jittered := delay/2 + rand.N(delay/2+1)
+			select {
+			case <-ctx.Done():
+				return nil, err
+			case <-time.After(jittered):
+			}
+			delay = min(2*delay, c.cfg.RetryMaxInterval)
+		}
+	}
+}
+
+// isDecode reports whether err says a message could not be decoded.
+func isDecode(err error) bool {
+	for _, target := range []error{messaging.ErrMalformedMessage, messaging.ErrUnknownEventType,
+		messaging.ErrUnknownSchemaVersion, messaging.ErrMalformedPayload, messaging.ErrUpcast} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
+}
+
 // Run subscribes and handles messages until ctx ends, then waits up to
 // CloseTimeout for the handlers in flight and returns. A consumer runs once.
 func (c *Consumer) Run(ctx context.Context) error {
@@ -401,17 +523,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("consumer: dead-letter middleware: %w", err)
 	}
-	retry := middleware.Retry{
-		MaxRetries:          c.cfg.MaxRetries,
-		InitialInterval:     c.cfg.RetryInitialInterval,
-		MaxInterval:         c.cfg.RetryMaxInterval,
-		Multiplier:          2,
-		RandomizationFactor: 0.5,
-		ResetContextOnRetry: true,
-		ShouldRetry:         func(p middleware.RetryParams) bool { return !IsPermanent(p.Err) },
-		Logger:              wlog,
-	}
-	router.AddMiddleware(poison, retry.Middleware, middleware.Recoverer, c.inbox.Middleware)
+	router.AddMiddleware(poison, c.retry, middleware.Recoverer, c.inbox.Middleware)
 	for i := range c.cfg.Concurrency { // competing subscriptions to the group's queue
 		name := c.cfg.Group
 		if i > 0 {

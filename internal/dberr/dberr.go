@@ -7,7 +7,10 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"io"
+	"net"
 	"strings"
+	"syscall"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -60,4 +63,41 @@ func IsSerializationFailure(err error) bool {
 		return pg.Code == "40001" || pg.Code == "40P01"
 	}
 	return false
+}
+
+// transientStates are the PostgreSQL SQLSTATEs of failures that pass:
+// class 08 (connection exception) is matched by prefix; the rest are
+// serialization failure, deadlock, lock not available, query cancelled
+// (statement or lock timeout), the server shutting down or starting, and
+// too many connections.
+var transientStates = map[string]bool{
+	"40001": true, "40P01": true, "55P03": true, "57014": true,
+	"57P01": true, "57P02": true, "57P03": true, "53300": true,
+}
+
+// IsTransient reports whether err is a failure that retrying later can get
+// past without anything changing in the message or the code: the database
+// unreachable or restarting, a lost connection, a serialization failure or
+// deadlock, a lock or statement timeout, SQLite's busy database. A closed
+// *sql.DB is not transient: the process is shutting down.
+func IsTransient(err error) bool {
+	if err == nil || IsClosed(err) {
+		return false
+	}
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		return transientStates[pg.Code] || strings.HasPrefix(pg.Code, "08")
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		return true
+	}
+	var connect *pgconn.ConnectError
+	if errors.As(err, &connect) || pgconn.Timeout(err) || pgconn.SafeToRetry(err) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "SQLITE_BUSY") || strings.Contains(msg, "database is locked") ||
+		strings.Contains(msg, "conn closed") || strings.Contains(msg, "unexpected EOF")
 }

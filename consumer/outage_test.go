@@ -1,0 +1,150 @@
+package consumer_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bentoevents/bento/consumer"
+	"github.com/bentoevents/bento/inbox"
+	"github.com/bentoevents/bento/messaging"
+	"github.com/bentoevents/bento/uow"
+)
+
+// TestTransientFailuresOutlastMaxRetries: a handler whose database is
+// unreachable, then in a serialization failure, fails 8 times in a row
+// with MaxRetries 1. Those failures pass with time, so the message keeps
+// its place and is applied once the database is back, never dead-lettered.
+func TestTransientFailuresOutlastMaxRetries(t *testing.T) {
+	forEachHarness(t, func(t *testing.T, h *harness) {
+		s := newSuite(t, h)
+		cfg := s.config()
+		cfg.MaxRetries = 1
+		var calls atomic.Int32
+		c := s.newConsumer(t, cfg)
+		require.NoError(t, consumer.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+			switch n := calls.Add(1); {
+			case n <= 4:
+				return fmt.Errorf("dial: %w", syscall.ECONNREFUSED)
+			case n <= 8:
+				return &pgconn.PgError{Code: "40001", Message: "could not serialize access"}
+			}
+			return uow.DB(ctx, nil).Create(&Effect{MessageID: env.ID}).Error
+		}))
+		run(t, c)
+		s.publish(t, "order.placed", eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: "o1"}, nil))
+		waitFor(t, 20*time.Second, "the message applied after the outage", func() bool { return s.effects(t) == 1 })
+		assert.EqualValues(t, 9, calls.Load())
+		assert.Empty(t, s.peekDead(t), "nothing dead-lettered")
+	})
+}
+
+// TestOutageWindowEnds: a failure that stays transient past OutageWindow
+// counts as a failure like any other, and the message is dead-lettered
+// with the cause "failed".
+func TestOutageWindowEnds(t *testing.T) {
+	forEachHarness(t, func(t *testing.T, h *harness) {
+		s := newSuite(t, h)
+		cfg := s.config()
+		cfg.MaxRetries = 1
+		cfg.OutageWindow = 200 * time.Millisecond
+		c := s.newConsumer(t, cfg)
+		require.NoError(t, consumer.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+			return fmt.Errorf("dial: %w", syscall.ECONNREFUSED)
+		}))
+		run(t, c)
+		msg := eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: "o1"}, nil)
+		s.publish(t, "order.placed", msg)
+		dead := s.deadLetters(t, s.group, 1)
+		assert.Equal(t, msg.UUID, dead[0].UUID)
+		assert.Equal(t, consumer.CauseFailed, dead[0].Metadata.Get(consumer.MetaDeadCause))
+	})
+}
+
+// TestGapDeadLettersAfterGapTimeout: with contiguous versions, an event
+// whose predecessor never arrives waits, then is dead-lettered with the
+// cause "gap". Once the predecessor is applied, replaying it applies it.
+func TestGapDeadLettersAfterGapTimeout(t *testing.T) {
+	forEachHarness(t, func(t *testing.T, h *harness) {
+		s := newSuite(t, h)
+		cfg := s.config()
+		cfg.Versions = inbox.VersionsContiguous
+		cfg.GapTimeout = 300 * time.Millisecond
+		var (
+			mu      sync.Mutex
+			applied []int64
+			calls   atomic.Int32
+		)
+		c := s.newConsumer(t, cfg)
+		require.NoError(t, consumer.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+			calls.Add(1)
+			mu.Lock()
+			applied = append(applied, env.AggregateVersion)
+			mu.Unlock()
+			return uow.DB(ctx, nil).Create(&Effect{MessageID: env.ID}).Error
+		}))
+		run(t, c)
+		v1 := eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: "o1"}, nil)
+		v2 := eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: "o1"}, nil)
+		v2.Metadata.Set(messaging.MetaAggregateVersion, "2")
+
+		start := time.Now()
+		s.publish(t, "order.placed", v2)
+		dead := s.deadLetters(t, s.group, 1)
+		assert.GreaterOrEqual(t, time.Since(start), cfg.GapTimeout, "it waited for its predecessor first")
+		assert.Equal(t, v2.UUID, dead[0].UUID)
+		assert.Equal(t, consumer.CauseGap, dead[0].Metadata.Get(consumer.MetaDeadCause))
+		assert.Contains(t, dead[0].Metadata.Get(consumer.MetaDeadReason), "earlier version")
+		assert.Zero(t, calls.Load(), "the handler never saw it")
+
+		s.publish(t, "order.placed", v1)
+		waitFor(t, 10*time.Second, "version 1", func() bool { return s.effects(t) == 1 })
+		replay := eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: "o1"}, nil)
+		replay.UUID = v2.UUID
+		replay.Metadata.Set(messaging.MetaAggregateVersion, "2")
+		s.publish(t, "order.placed", replay)
+		waitFor(t, 10*time.Second, "the replayed version 2", func() bool { return s.effects(t) == 2 })
+		mu.Lock()
+		assert.Equal(t, []int64{1, 2}, applied)
+		mu.Unlock()
+	})
+}
+
+// TestDeadLettersSayWhy: each dead letter carries its cause.
+func TestDeadLettersSayWhy(t *testing.T) {
+	forEachHarness(t, func(t *testing.T, h *harness) {
+		s := newSuite(t, h)
+		cfg := s.config()
+		cfg.MaxRetries = 0
+		c := s.newConsumer(t, cfg)
+		require.NoError(t, consumer.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+			if e.OrderID == "refused" {
+				return consumer.Permanent(fmt.Errorf("order %s refused", e.OrderID))
+			}
+			return fmt.Errorf("order %s failed", e.OrderID)
+		}))
+		run(t, c)
+		refused := eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: "refused"}, nil)
+		failed := eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: "failed"}, nil)
+		malformed := eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: "m"}, nil)
+		malformed.Payload = []byte(`{`)
+		s.publish(t, "order.placed", refused)
+		s.publish(t, "order.placed", failed)
+		s.publish(t, "order.placed", malformed)
+		causes := map[string]string{}
+		for _, m := range s.deadLetters(t, s.group, 3) {
+			causes[m.UUID] = m.Metadata.Get(consumer.MetaDeadCause)
+		}
+		assert.Equal(t, map[string]string{
+			refused.UUID: consumer.CausePermanent, failed.UUID: consumer.CauseFailed, malformed.UUID: consumer.CauseDecode,
+		}, causes)
+	})
+}
