@@ -84,13 +84,8 @@ func Permanent(err error) error { return fmt.Errorf("%w: %w", ErrPermanent, err)
 // a failed upcast, a message without an id or with a malformed aggregate
 // version, or an error wrapped with Permanent.
 func IsPermanent(err error) bool {
-	for _, target := range []error{ErrPermanent, inbox.ErrNoMessageID, inbox.ErrBadVersion, messaging.ErrMalformedMessage,
-		messaging.ErrUnknownEventType, messaging.ErrUnknownSchemaVersion, messaging.ErrMalformedPayload, messaging.ErrUpcast} {
-		if errors.Is(err, target) {
-			return true
-		}
-	}
-	return false
+	return errors.Is(err, ErrPermanent) || errors.Is(err, inbox.ErrNoMessageID) || errors.Is(err, inbox.ErrBadVersion) ||
+		isDecode(err)
 }
 
 // Config configures a Consumer. Start from DefaultConfig;

@@ -305,12 +305,7 @@ func (in *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			return nil, wrapDB("record message", res.Error)
 		}
 		if res.RowsAffected == 0 {
-			in.duplicates.Inc()
-			if span.IsRecording() {
-				span.AddEvent(tracing.EventDuplicate)
-				span.SetAttributes(tracing.AttrDuplicate.Bool(true))
-			}
-			in.log.Debug("duplicate skipped", "message_id", msg.UUID, "event_type", msg.Metadata.Get(messaging.MetaEventType))
+			in.skipped(span, "duplicate skipped", "message_id", msg.UUID, "event_type", msg.Metadata.Get(messaging.MetaEventType))
 			return nil, nil
 		}
 		if agg.id != "" {
@@ -320,12 +315,7 @@ func (in *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			}
 			switch {
 			case agg.version <= mark:
-				in.duplicates.Inc()
-				if span.IsRecording() {
-					span.AddEvent(tracing.EventDuplicate)
-					span.SetAttributes(tracing.AttrDuplicate.Bool(true))
-				}
-				in.log.Debug("duplicate skipped by the version watermark", "message_id", msg.UUID,
+				in.skipped(span, "duplicate skipped by the version watermark", "message_id", msg.UUID,
 					"aggregate_id", agg.id, "version", agg.version, "watermark", mark)
 				return nil, nil // rolled back: nothing to record
 			case in.cfg.Versions == VersionsContiguous && agg.version > mark+1:
@@ -361,6 +351,16 @@ func (in *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		in.processed.Inc()
 		return produced, nil
 	}
+}
+
+// skipped counts, traces and logs a duplicate the middleware skipped.
+func (in *Inbox) skipped(span trace.Span, msg string, attrs ...any) {
+	in.duplicates.Inc()
+	if span.IsRecording() {
+		span.AddEvent(tracing.EventDuplicate)
+		span.SetAttributes(tracing.AttrDuplicate.Bool(true))
+	}
+	in.log.Debug(msg, attrs...)
 }
 
 // aggregateRef is the aggregate a message belongs to; id is empty for a
