@@ -26,3 +26,11 @@ func HeaderFrameSize(m *message.Message) int {
 	}
 	return headerFrameSize(&pub)
 }
+
+// SetHashExchangeType makes DeclarePartitions ask for exchange type typ, and
+// returns a function that restores the real one.
+func SetHashExchangeType(typ string) (restore func()) {
+	old := hashExchangeType
+	hashExchangeType = typ
+	return func() { hashExchangeType = old }
+}

@@ -28,10 +28,12 @@ var (
 type MemoryBus struct {
 	mu     sync.Mutex
 	queues map[string]*memQueue
-	routes map[string][]*memQueue // topic -> matching queues; reset on declare
-	closed bool
-	done   chan struct{}
-	wg     sync.WaitGroup // consumer goroutines
+	routes map[string][]route // topic -> matching queues; reset on declare
+	// partitioned holds each group's partition queues (see DeclarePartitions).
+	partitioned map[string]*partitionSet
+	closed      bool
+	done        chan struct{}
+	wg          sync.WaitGroup // consumer goroutines
 	// inflight counts messages taken from a queue and not yet acked or put
 	// back (guarded by mu).
 	inflight int
@@ -83,6 +85,19 @@ func (b *MemoryBus) Idle() bool {
 	return true
 }
 
+// route is where a topic's messages go: a queue, or one queue of a
+// partition set chosen by each message's partition key.
+type route struct {
+	q   *memQueue
+	set *partitionSet
+}
+
+// partitionSet is a group's partition queues and their binding patterns.
+type partitionSet struct {
+	queues   []*memQueue
+	patterns []string
+}
+
 // memQueue is one queue: a FIFO of messages and the patterns bound to it.
 // Its fields are guarded by the bus mutex.
 type memQueue struct {
@@ -97,14 +112,21 @@ type memQueue struct {
 	waiters []chan *message.Message
 	// consumers counts the subscriptions reading the queue.
 	consumers int
+	// single, for a partition queue, lets one consumer receive at a time:
+	// active, the first that subscribed and is still there; standby are
+	// the others, in the order they subscribed, next in line.
+	single  bool
+	active  chan *message.Message
+	standby []chan *message.Message
 }
 
 // NewMemoryBus returns an empty bus.
 func NewMemoryBus() *MemoryBus {
 	return &MemoryBus{
-		queues: map[string]*memQueue{},
-		routes: map[string][]*memQueue{},
-		done:   make(chan struct{}),
+		queues:      map[string]*memQueue{},
+		routes:      map[string][]route{},
+		partitioned: map[string]*partitionSet{},
+		done:        make(chan struct{}),
 	}
 }
 
@@ -166,27 +188,94 @@ func (b *MemoryBus) Publish(topic string, msgs ...*message.Message) error {
 	if b.closed {
 		return ErrClosed
 	}
-	queues, ok := b.routes[topic]
+	routes, ok := b.routes[topic]
 	if !ok {
-		for _, name := range slices.Sorted(maps.Keys(b.queues)) {
-			q := b.queues[name]
-			if slices.ContainsFunc(q.patterns, func(p string) bool { return MatchTopic(p, topic) }) {
-				queues = append(queues, q)
-			}
-		}
-		b.routes[topic] = queues
+		routes = b.routesLocked(topic)
+		b.routes[topic] = routes
 	}
-	if len(queues) == 0 && b.alternate != nil {
-		queues = []*memQueue{b.alternate}
+	if len(routes) == 0 && b.alternate != nil {
+		routes = []route{{q: b.alternate}}
 	}
-	if len(queues) == 0 {
+	if len(routes) == 0 {
 		return fmt.Errorf("publish to %q: %w: no queue is bound to a matching pattern", topic, ErrUnroutable)
 	}
-	for _, q := range queues {
+	for _, r := range routes {
 		for _, m := range msgs {
+			q := r.q
+			if r.set != nil {
+				q = r.set.queues[partitionOf(PartitionKey(m), len(r.set.queues))]
+			}
 			q.items = append(q.items, copyMessage(m))
+			b.dispatchLocked(q)
 		}
-		b.dispatchLocked(q)
+	}
+	return nil
+}
+
+// routesLocked finds where topic's messages go: every queue bound to a
+// matching pattern, and every partition set bound to one. The bus mutex
+// must be held.
+func (b *MemoryBus) routesLocked(topic string) []route {
+	var routes []route
+	matches := func(p string) bool { return MatchTopic(p, topic) }
+	for _, name := range slices.Sorted(maps.Keys(b.queues)) {
+		if q := b.queues[name]; slices.ContainsFunc(q.patterns, matches) {
+			routes = append(routes, route{q: q})
+		}
+	}
+	for _, group := range slices.Sorted(maps.Keys(b.partitioned)) {
+		if set := b.partitioned[group]; slices.ContainsFunc(set.patterns, matches) {
+			routes = append(routes, route{set: set})
+		}
+	}
+	return routes
+}
+
+// DeclarePartitions declares the n partition queues of group,
+// PartitionQueue(group, 0..n-1), if they do not exist yet, and binds them,
+// as a set, to each pattern: a matching message goes to exactly one of them,
+// chosen by its partition key (see [PartitionKey]), so an aggregate's events
+// stay in one queue in the order they were published. Each partition queue
+// has a single active consumer, as declared by [DeclarePartitions] on
+// RabbitMQ: of the subscriptions to it (Subscriber(PartitionQueue(group, p))
+// with no patterns), the first receives its messages, one at a time; the
+// next takes over, unacked messages first, when it ends.
+//
+// It returns an error wrapping [ErrInvalidName] for a bad group or pattern,
+// [ErrInvalidConfig] for a count outside 1..MaxPartitions or other than the
+// group's declared count, and [ErrClosed] after Close.
+func (b *MemoryBus) DeclarePartitions(group string, n int, patterns ...string) error {
+	if err := errors.Join(validateGroup(group), validatePatterns(patterns)); err != nil {
+		return fmt.Errorf("declare partitions: %w", err)
+	}
+	if n < 1 || n > MaxPartitions {
+		return fmt.Errorf("declare partitions: %w: count %d is outside 1..%d", ErrInvalidConfig, n, MaxPartitions)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return ErrClosed
+	}
+	set := b.partitioned[group]
+	if set == nil {
+		set = &partitionSet{}
+		for i := range n {
+			q, err := b.declareLocked(PartitionQueue(group, i), nil)
+			if err != nil {
+				return err
+			}
+			q.single = true
+			set.queues = append(set.queues, q)
+		}
+		b.partitioned[group] = set
+	} else if len(set.queues) != n {
+		return fmt.Errorf("declare partitions: %w: group %q has %d partitions, not %d", ErrInvalidConfig, group, len(set.queues), n)
+	}
+	for _, p := range patterns {
+		if !slices.Contains(set.patterns, p) {
+			set.patterns = append(set.patterns, p)
+			clear(b.routes)
+		}
 	}
 	return nil
 }
@@ -218,6 +307,9 @@ func (b *MemoryBus) dispatchLocked(q *memQueue) {
 // the queue is empty or other consumers are waiting, registers slot as a
 // waiter and returns nil. The bus mutex must be held.
 func (b *MemoryBus) nextLocked(q *memQueue, slot chan *message.Message) *message.Message {
+	if q.single && q.active != slot {
+		return nil // on standby; promote hands it its first message
+	}
 	if len(q.waiters) == 0 {
 		if m := q.take(); m != nil {
 			b.inflight++
@@ -234,11 +326,40 @@ func (b *MemoryBus) leaveLocked(q *memQueue, slot chan *message.Message) {
 	if i := slices.Index(q.waiters, slot); i >= 0 {
 		q.waiters = slices.Delete(q.waiters, i, i+1)
 	}
+	if i := slices.Index(q.standby, slot); i >= 0 {
+		q.standby = slices.Delete(q.standby, i, i+1)
+	}
+	if q.active == slot {
+		q.active = nil
+	}
 	select {
 	case m := <-slot:
 		b.inflight--
 		b.requeueLocked(q, m)
 	default:
+	}
+	if q.single && q.active == nil && len(q.standby) > 0 {
+		q.active, q.standby = q.standby[0], q.standby[1:]
+		if m := b.nextLocked(q, q.active); m != nil {
+			q.active <- m
+		}
+	}
+}
+
+// joinLocked registers slot as a consumer of q: on a single-active-consumer
+// queue, as the active one if there is none, else on standby. The bus
+// mutex must be held.
+func (b *MemoryBus) joinLocked(q *memQueue, slot chan *message.Message) {
+	q.consumers++
+	if q.single {
+		if q.active != nil {
+			q.standby = append(q.standby, slot)
+			return
+		}
+		q.active = slot
+	}
+	if m := b.nextLocked(q, slot); m != nil {
+		slot <- m // the queue had messages and no waiters: start on the oldest
 	}
 }
 
@@ -312,6 +433,39 @@ func (b *MemoryBus) Subscriber(group string, patterns ...string) message.Subscri
 	}
 }
 
+// PartitionSubscriber returns a message.Subscriber whose Subscribe(ctx,
+// queue) consumes the existing queue named by its topic argument, such as a
+// partition queue (see [MemoryBus.DeclarePartitions]), as Subscriber(queue)
+// does. It is the memory bus's counterpart of [NewPartitionSubscriber].
+func (b *MemoryBus) PartitionSubscriber() message.Subscriber { return &queueSubscriber{bus: b} }
+
+// queueSubscriber subscribes to the queue its topic names.
+type queueSubscriber struct {
+	bus  *MemoryBus
+	mu   sync.Mutex
+	subs []message.Subscriber
+}
+
+func (s *queueSubscriber) Subscribe(ctx context.Context, queue string) (<-chan *message.Message, error) {
+	if !s.bus.declared(queue) {
+		return nil, fmt.Errorf("subscribe: %w: queue %q is not declared", ErrInvalidName, clip(queue))
+	}
+	sub := s.bus.Subscriber(queue)
+	s.mu.Lock()
+	s.subs = append(s.subs, sub)
+	s.mu.Unlock()
+	return sub.Subscribe(ctx, queue)
+}
+
+func (s *queueSubscriber) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, sub := range s.subs {
+		_ = sub.Close()
+	}
+	return nil
+}
+
 type memSubscriber struct {
 	bus      *MemoryBus
 	group    string
@@ -353,10 +507,7 @@ func (s *memSubscriber) Subscribe(ctx context.Context, _ string) (<-chan *messag
 	slot := make(chan *message.Message, 1)
 	if err == nil {
 		b.wg.Add(1)
-		q.consumers++
-		if m := b.nextLocked(q, slot); m != nil {
-			slot <- m // the queue had messages and no waiters: start on the oldest
-		}
+		b.joinLocked(q, slot)
 	}
 	b.mu.Unlock()
 	if err != nil {

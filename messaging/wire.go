@@ -18,9 +18,9 @@ import (
 // MetaTenantID, MetaSchemaVersion, MetaOccurredAt and MetaCorrelationID; the
 // aggregate keys are present when the event belongs to an aggregate;
 // MetaCausationID, MetaTraceparent and MetaTracestate when the event has
-// them. MetaTraceparent and MetaTracestate are the W3C Trace Context of the
-// projector's publish span (see package projector); a consumer's span
-// continues from it (see package inbox).
+// them; MetaPartitionKey always. MetaTraceparent and MetaTracestate are the
+// W3C Trace Context of the projector's publish span (see package
+// projector); a consumer's span continues from it (see package inbox).
 const (
 	MetaEventType        = "event_type"
 	MetaAggregateType    = "aggregate_type"
@@ -33,6 +33,11 @@ const (
 	MetaCausationID      = "causation_id"
 	MetaTraceparent      = "traceparent"
 	MetaTracestate       = "tracestate"
+	// MetaPartitionKey chooses the consumer partition of the message (see
+	// PartitionKey): "tenant|aggregate type|aggregate id" for an event of
+	// an aggregate, the event id otherwise. RabbitMQ's consistent-hash
+	// exchange hashes it.
+	MetaPartitionKey = "partition_key"
 )
 
 // ErrMalformedMessage is returned (usually inside a [*DecodeError]) for a
@@ -133,6 +138,7 @@ func NewMessage(m *outbox.Message) (*message.Message, error) {
 		delete(md, MetaAggregateVersion)
 	}
 	md[MetaTenantID] = m.TenantID
+	md[MetaPartitionKey] = partitionKey(m.ID, m.TenantID, m.AggregateType, m.AggregateID)
 	md[MetaSchemaVersion] = strconv.Itoa(m.SchemaVersion)
 	md[MetaOccurredAt] = m.OccurredAt.UTC().Format(time.RFC3339Nano)
 	if md[MetaCorrelationID] == "" {

@@ -48,6 +48,7 @@ func TestNewMessageDecodeRoundTrip(t *testing.T) {
 		"aggregate_id":      "o-42",
 		"aggregate_version": "7",
 		"tenant_id":         "acme",
+		"partition_key":     "acme|order|o-42",
 		"schema_version":    "2",
 		"occurred_at":       "2026-11-21T01:30:00.123456789Z",
 		"correlation_id":    "01JD0000000000000000000000",

@@ -39,6 +39,10 @@ if [[ -z "${BENTO_TEST_AMQP_URL:-}" ]]; then
 		rabbitmq-server -detached
 	fi
 	wait_for RabbitMQ 5672 180
+	# Partitioned consumers need the consistent-hash exchange, shipped with
+	# RabbitMQ but not enabled by default. Enabling is idempotent and needs
+	# no restart.
+	rabbitmq-plugins enable --quiet rabbitmq_consistent_hash_exchange >/dev/null
 	log "RabbitMQ ready on 127.0.0.1:5672"
 fi
 
