@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"regexp"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -74,6 +76,14 @@ const (
 	DefaultOutageWindow = time.Hour
 	// DefaultGapTimeout is how long a message waits for its predecessor.
 	DefaultGapTimeout = 5 * time.Minute
+	// DefaultPartitions is DefaultConfig's partition count.
+	DefaultPartitions = 16
+	// DefaultDeliveryLimit is how many times a quorum partition queue
+	// delivers a message again before RabbitMQ dead-letters it.
+	DefaultDeliveryLimit = 20
+	// DefaultTakeoverTime bounds how long the partitions of an instance
+	// that died wait before another instance takes them over.
+	DefaultTakeoverTime = 10 * time.Second
 )
 
 // Permanent wraps err so the consumer does not retry it.
@@ -124,12 +134,39 @@ type Config struct {
 	// CloseTimeout is how long Run waits for handlers when its context ends.
 	// DefaultConfig: 30s.
 	CloseTimeout time.Duration
-	// Concurrency is how many messages the consumer handles at once, each
-	// in its own subscription to the group's queue (on RabbitMQ, a channel
-	// each on the consumer's connection). Each message still gets its own
-	// transaction and inbox record. Above 1, messages are handled in no
-	// particular order, as with several consumer processes. Optional: 0
-	// means 1; DefaultConfig: 1.
+	// Partitions, when positive, splits the group's events into that many
+	// partitions by (tenant, aggregate type, aggregate id): each partition
+	// is a queue with a single active consumer, handled by one instance of
+	// the group at a time, one message at a time, in order, so an
+	// aggregate's events reach the handler in the order they were
+	// published. The partitions are dealt among the running instances
+	// (through the consumer_members table) and move when one starts, stops
+	// or dies (see TakeoverTime). Every instance of a group must use the
+	// same count. On RabbitMQ it needs the consistent-hash exchange plugin
+	// (see messaging.DeclarePartitions). 0 means one queue, "<group>",
+	// with Concurrency competing subscriptions and no order.
+	// DefaultConfig: DefaultPartitions (16).
+	Partitions int
+	// QueueType is the RabbitMQ type of the partition queues:
+	// messaging.Quorum (the zero value) or messaging.Classic.
+	QueueType messaging.QueueType
+	// DeliveryLimit is, for quorum partition queues, how many times a
+	// message is delivered again (after the process handling it died, or a
+	// partition moved) before RabbitMQ dead-letters it: it stops a message
+	// that crashes every process it reaches. Optional: 0 means
+	// DefaultDeliveryLimit (20).
+	DeliveryLimit int
+	// TakeoverTime bounds how long the partitions of an instance that died
+	// stay without a consumer: each instance renews its membership every
+	// quarter of it and is forgotten three quarters after its last renewal.
+	// An instance that cannot reach the database for that long releases its
+	// partitions. Optional: 0 means DefaultTakeoverTime (10s).
+	TakeoverTime time.Duration
+	// Concurrency, with Partitions, is how many of its partitions an
+	// instance handles at once, each message in its own transaction; 0
+	// means all of them. Without Partitions, it is how many subscriptions
+	// compete for the group's queue, handling messages in no particular
+	// order (0 means 1). DefaultConfig: 0.
 	Concurrency int
 	// Versions is the inbox's policy for aggregate versions (see
 	// inbox.Versions): VersionsIncreasing or VersionsContiguous keep a
@@ -159,8 +196,8 @@ type Config struct {
 // a database connection while it handles a message.
 const maxConcurrency = 256
 
-// DefaultConfig returns the defaults for group: 5 retries with
-// backoff from 100ms to 10s, a 30s close timeout and a new registry.
+// DefaultConfig returns the defaults for group: 16 partitions, 5 retries
+// with backoff from 100ms to 10s, a 30s close timeout and a new registry.
 func DefaultConfig(group string) *Config {
 	return &Config{
 		Group:                group,
@@ -169,7 +206,7 @@ func DefaultConfig(group string) *Config {
 		RetryInitialInterval: 100 * time.Millisecond,
 		RetryMaxInterval:     10 * time.Second,
 		CloseTimeout:         30 * time.Second,
-		Concurrency:          1,
+		Partitions:           DefaultPartitions,
 	}
 }
 
@@ -191,8 +228,21 @@ func (c *Config) validate() (Config, error) {
 	switch {
 	case out.Concurrency < 0 || out.Concurrency > maxConcurrency:
 		errs = append(errs, fmt.Errorf("Concurrency: %d, want 0 to %d", out.Concurrency, maxConcurrency))
-	case out.Concurrency == 0:
+	case out.Concurrency == 0 && out.Partitions == 0:
 		out.Concurrency = 1
+	}
+	if out.Partitions < 0 || out.Partitions > messaging.MaxPartitions {
+		errs = append(errs, fmt.Errorf("Partitions: %d, want 0 to %d", out.Partitions, messaging.MaxPartitions))
+	}
+	if out.DeliveryLimit < 0 {
+		errs = append(errs, fmt.Errorf("DeliveryLimit: %d is negative", out.DeliveryLimit))
+	} else if out.DeliveryLimit == 0 {
+		out.DeliveryLimit = DefaultDeliveryLimit
+	}
+	if out.TakeoverTime < 0 {
+		errs = append(errs, fmt.Errorf("TakeoverTime: %v is negative", out.TakeoverTime))
+	} else if out.TakeoverTime == 0 {
+		out.TakeoverTime = DefaultTakeoverTime
 	}
 	for _, d := range []struct {
 		name string
@@ -225,7 +275,12 @@ func orDefault(d, def time.Duration) time.Duration {
 }
 
 // SubscriberFactory returns the subscriber of a consumer group, bound to the
-// topic patterns of its handlers.
+// topic patterns of its handlers. Without Config.Partitions, each of its
+// subscriptions competes for the group's messages. With Partitions, it must
+// have declared the group's partition queues, and Subscribe(ctx,
+// messaging.PartitionQueue(group, p)) must consume partition p, with a
+// single active consumer across every instance, as the subscribers of
+// messaging.NewPartitionSubscriber and MemoryBus.PartitionSubscriber do.
 type SubscriberFactory func(patterns []string) (message.Subscriber, error)
 
 // Consumer runs typed handlers for one consumer group: each message is
@@ -240,6 +295,8 @@ type Consumer struct {
 	dead      message.Publisher
 	deadTopic string
 	closers   []func() error
+	members   *members // with Partitions
+	owned     atomic.Pointer[[]int]
 
 	mu       sync.Mutex
 	handlers map[string]func(ctx context.Context, ev aggregate.Event, env *messaging.Envelope) error
@@ -277,8 +334,14 @@ func newConsumer(db *gorm.DB, newSub SubscriberFactory, dead message.Publisher, 
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
+	var mem *members
+	if c.Partitions > 0 {
+		if mem, err = newMembers(db, c.Group, c.Partitions); err != nil {
+			return nil, err
+		}
+	}
 	return &Consumer{
-		cfg: c, inbox: in, newSub: newSub, dead: dead, deadTopic: deadTopic,
+		cfg: c, inbox: in, newSub: newSub, dead: dead, deadTopic: deadTopic, members: mem,
 		handlers: map[string]func(context.Context, aggregate.Event, *messaging.Envelope) error{},
 		running:  make(chan struct{}),
 	}, nil
@@ -294,7 +357,9 @@ func DeadLetterTopic(group string) string {
 }
 
 // NewMemory returns a consumer of group cfg.Group on the in-memory
-// bus. Dead letters go to the queue "<group>.dead", bound to
+// bus: with cfg.Partitions, of the group's partition queues (see
+// MemoryBus.DeclarePartitions), else of the queue named after the group.
+// Dead letters go to the queue "<group>.dead", bound to
 // DeadLetterTopic(group) on the same bus (so a consumer bound to "#" sees
 // them too).
 func NewMemory(db *gorm.DB, bus *messaging.MemoryBus, cfg *Config) (*Consumer, error) {
@@ -309,6 +374,12 @@ func NewMemory(db *gorm.DB, bus *messaging.MemoryBus, cfg *Config) (*Consumer, e
 		return nil, fmt.Errorf("consumer: declare dead-letter queue: %w", err)
 	}
 	newSub := func(patterns []string) (message.Subscriber, error) {
+		if cfg.Partitions > 0 {
+			if err := bus.DeclarePartitions(cfg.Group, cfg.Partitions, patterns...); err != nil {
+				return nil, err
+			}
+			return bus.PartitionSubscriber(), nil
+		}
 		if err := bus.DeclareQueue(cfg.Group, patterns...); err != nil {
 			return nil, err
 		}
@@ -317,11 +388,16 @@ func NewMemory(db *gorm.DB, bus *messaging.MemoryBus, cfg *Config) (*Consumer, e
 	return newConsumer(db, newSub, bus, topic, cfg, tracing.SystemMemory)
 }
 
-// NewAMQP returns a consumer of group cfg.Group on RabbitMQ. It
-// reads the durable queue named after the group, bound on amqpCfg.Exchange to
-// the event types of its handlers. Dead letters go to the exchange
+// NewAMQP returns a consumer of group cfg.Group on RabbitMQ. With
+// cfg.Partitions, it reads the group's partition queues, declared by Run
+// with messaging.DeclarePartitions (see PartitionSpec) and bound on
+// amqpCfg.Exchange to the event types of its handlers; it needs RabbitMQ's
+// consistent-hash exchange plugin, and Run fails with
+// messaging.ErrHashExchangeMissing without it. Without Partitions, it reads
+// the durable queue named after the group. Dead letters go to the exchange
 // "<exchange>.dead" with routing key DeadLetterTopic(group), bound to the
-// durable queue "<group>.dead", declared here, so they never mix with events.
+// durable queue "<group>.dead", declared here, so they never mix with
+// events; the partition queues' delivery limit sends poison there too.
 func NewAMQP(ctx context.Context, db *gorm.DB, amqpCfg *messaging.AMQPConfig, cfg *Config) (*Consumer, error) {
 	if amqpCfg == nil || cfg == nil {
 		return nil, fmt.Errorf("%w: nil AMQP or consumer config", ErrInvalidConfig)
@@ -337,6 +413,13 @@ func NewAMQP(ctx context.Context, db *gorm.DB, amqpCfg *messaging.AMQPConfig, cf
 		return nil, fmt.Errorf("consumer: dead-letter publisher: %w", err)
 	}
 	newSub := func(patterns []string) (message.Subscriber, error) {
+		if cfg.Partitions > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			spec := PartitionSpec(amqpCfg.Exchange, cfg)
+			spec.Patterns = patterns
+			return messaging.NewPartitionSubscriber(ctx, amqpCfg, spec)
+		}
 		return messaging.NewAMQPSubscriber(amqpCfg, cfg.Group, patterns...)
 	}
 	c, err := newConsumer(db, newSub, dead, topic, cfg, tracing.SystemRabbitMQ)
@@ -346,6 +429,23 @@ func NewAMQP(ctx context.Context, db *gorm.DB, amqpCfg *messaging.AMQPConfig, cf
 	}
 	c.closers = append(c.closers, dead.Close)
 	return c, nil
+}
+
+// PartitionSpec returns the partition queues of the consumer group cfg
+// describes, on the exchange named exchange: what NewAMQP's consumer
+// declares. Declare them with messaging.DeclarePartitions before the first
+// events of the group's types are relayed, so none is missed, with the
+// event types the group handles as Patterns (this leaves Patterns empty).
+// cfg's zero fields take their defaults.
+func PartitionSpec(exchange string, cfg *Config) messaging.PartitionSpec {
+	limit := cfg.DeliveryLimit
+	if limit == 0 {
+		limit = DefaultDeliveryLimit
+	}
+	return messaging.PartitionSpec{
+		Group: cfg.Group, Count: cfg.Partitions, QueueType: cfg.QueueType, DeliveryLimit: limit,
+		DeadExchange: exchange + ".dead", DeadKey: DeadLetterTopic(cfg.Group),
+	}
 }
 
 // Handle registers fn as the consumer's handler for events of type E: E is
@@ -387,6 +487,16 @@ func (c *Consumer) Group() string { return c.cfg.Group }
 // DeadLetterTopic returns the topic dead letters are published under.
 func (c *Consumer) DeadLetterTopic() string { return c.deadTopic }
 
+// Partitions returns the partitions this instance handles now, in order:
+// none before Run, after it returns, or while its membership has lapsed,
+// and none for a consumer without Config.Partitions.
+func (c *Consumer) Partitions() []int {
+	if p := c.owned.Load(); p != nil {
+		return slices.Clone(*p)
+	}
+	return nil
+}
+
 // Running is closed once Run has subscribed and messages flow.
 func (c *Consumer) Running() <-chan struct{} { return c.running }
 
@@ -426,6 +536,11 @@ func (c *Consumer) retry(h message.HandlerFunc) message.HandlerFunc {
 			if err == nil {
 				return out, nil
 			}
+			if ctx.Err() != nil && !errors.Is(err, context.Canceled) {
+				// The consumer is stopping or giving the partition up: the
+				// message goes back to its queue, whatever it failed with.
+				return nil, fmt.Errorf("consumer: stopped retrying: %w (%w)", context.Canceled, err)
+			}
 			if ctx.Err() != nil || errors.Is(err, context.Canceled) {
 				return nil, err
 			}
@@ -454,7 +569,7 @@ func (c *Consumer) retry(h message.HandlerFunc) message.HandlerFunc {
 			jittered := delay/2 + rand.N(delay/2+1)
 			select {
 			case <-ctx.Done():
-				return nil, err
+				return nil, fmt.Errorf("consumer: stopped retrying: %w (%w)", context.Canceled, err)
 			case <-time.After(jittered):
 			}
 			delay = min(2*delay, c.cfg.RetryMaxInterval)
@@ -471,6 +586,31 @@ func isDecode(err error) bool {
 		}
 	}
 	return false
+}
+
+// poison is the middleware that dead-letters what retry gave up on. A
+// handler that fails because the consumer is stopping (its message's
+// context was cancelled) has not failed on the message: leave it to be
+// nacked and redelivered, never dead-lettered.
+func (c *Consumer) poison() (message.HandlerMiddleware, error) {
+	poison, err := middleware.PoisonQueueWithFilter(c.dead, c.deadTopic, func(err error) bool {
+		return !errors.Is(err, context.Canceled)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("consumer: dead-letter middleware: %w", err)
+	}
+	return poison, nil
+}
+
+// chain is the handler of a partitioned consumer: the router's middlewares
+// around dispatch, outermost first.
+func (c *Consumer) chain() (message.HandlerFunc, error) {
+	poison, err := c.poison()
+	if err != nil {
+		return nil, err
+	}
+	h := func(msg *message.Message) ([]*message.Message, error) { return nil, c.dispatch(msg) }
+	return poison(c.retry(middleware.Recoverer(c.inbox.Middleware(h)))), nil
 }
 
 // Run subscribes and handles messages until ctx ends, then waits up to
@@ -498,6 +638,13 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if len(bound) == 0 {
 		return fmt.Errorf("%w: consumer %s has no handlers", ErrInvalidConfig, c.cfg.Group)
 	}
+	if c.cfg.Partitions > 0 {
+		handle, err := c.chain()
+		if err != nil {
+			return err
+		}
+		return c.runPartitioned(ctx, handle, bound)
+	}
 	sub, err := c.newSub(bound)
 	if err != nil {
 		return fmt.Errorf("consumer: subscribe %s: %w", c.cfg.Group, err)
@@ -509,14 +656,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("consumer: router: %w", err)
 	}
-	// A handler that fails because the consumer is stopping (its message's
-	// context was cancelled) has not failed on the message: leave it to be
-	// nacked and redelivered, never dead-lettered.
-	poison, err := middleware.PoisonQueueWithFilter(c.dead, c.deadTopic, func(err error) bool {
-		return !errors.Is(err, context.Canceled)
-	})
+	poison, err := c.poison()
 	if err != nil {
-		return fmt.Errorf("consumer: dead-letter middleware: %w", err)
+		return err
 	}
 	router.AddMiddleware(poison, c.retry, middleware.Recoverer, c.inbox.Middleware)
 	for i := range c.cfg.Concurrency { // competing subscriptions to the group's queue

@@ -148,8 +148,8 @@ func TestConsumerAppliesDuplicatesOnce(t *testing.T) {
 	})
 }
 
-// TestConsumerConcurrency checks that one consumer with Concurrency 4
-// handles four messages at once (on PostgreSQL each handler waits until all
+// TestConsumerConcurrency checks that one unpartitioned consumer with
+// Concurrency 4 handles four messages at once (on PostgreSQL each handler waits until all
 // four are in flight; SQLite serialises writers, so there they only run
 // side by side) and still applies each message once.
 func TestConsumerConcurrency(t *testing.T) {
@@ -158,6 +158,7 @@ func TestConsumerConcurrency(t *testing.T) {
 		const n = 4
 		overlap := h.db.Dialector.Name() == "postgres"
 		cfg := s.config()
+		cfg.Partitions = 0 // one queue, competing subscriptions
 		cfg.Concurrency = n
 		c := s.newConsumer(t, cfg)
 		var inFlight, peak, calls atomic.Int32

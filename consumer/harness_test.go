@@ -3,7 +3,6 @@ package consumer_test
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"testing"
 	"time"
@@ -20,7 +19,7 @@ import (
 	"github.com/bentoevents/bento/outbox"
 )
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = slog.New(slog.DiscardHandler)
 
 // harness is a database and a bus a consumer suite runs on.
 type harness struct {
@@ -106,6 +105,7 @@ func rabbitHarness(t *testing.T) *harness {
 		amqp: cfg,
 		newConsumer: func(t *testing.T, ccfg *consumer.Config) *consumer.Consumer {
 			ex.Queues(ccfg.Group, ccfg.Group+".dead")
+			ex.Partitioned(ccfg.Group, ccfg.Partitions)
 			c, err := consumer.NewAMQP(context.Background(), db, cfg, ccfg)
 			require.NoError(t, err)
 			return c

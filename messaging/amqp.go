@@ -127,7 +127,7 @@ func checkURL(s string) string {
 // wamqpConfig is the watermill-amqp configuration shared by our publishers
 // and subscribers: one durable topic exchange with a constant name, routing
 // key = watermill topic = event type.
-func (c *AMQPConfig) wamqpConfig(b wamqp.TopologyBuilder) wamqp.Config {
+func (c *AMQPConfig) wamqpConfig(b topologyBuilder) wamqp.Config {
 	exchange := c.Exchange
 	return wamqp.Config{
 		Connection: wamqp.ConnectionConfig{AmqpURI: c.URL},

@@ -30,8 +30,20 @@ var defaultMarshaler = wamqp.DefaultMarshaler{
 	PostprocessPublishing: func(p amqp.Publishing) amqp.Publishing {
 		p.MessageId, _ = p.Headers[uuidHeader].(string)
 		p.ContentType = "application/json"
+		// Partition queues' hash exchange drops a message without a
+		// partition key: give every message bento publishes one.
+		if k, _ := p.Headers[MetaPartitionKey].(string); k == "" {
+			p.Headers[MetaPartitionKey] = partitionKey(p.MessageId, str(p.Headers[MetaTenantID]),
+				str(p.Headers[MetaAggregateType]), str(p.Headers[MetaAggregateID]))
+		}
 		return p
 	},
+}
+
+// str returns v if it is a string, else "".
+func str(v any) string {
+	s, _ := v.(string)
+	return s
 }
 
 // Marshal implements wamqp.Marshaler.

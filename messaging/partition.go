@@ -7,9 +7,8 @@ import (
 	"hash/fnv"
 	"strconv"
 	"strings"
+	"sync"
 
-	"github.com/ThreeDotsLabs/watermill"
-	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v2/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -168,9 +167,9 @@ func (s *PartitionSpec) queueArgs() amqp.Table {
 // PartitionQueue(group, 0..Count-1) of spec.QueueType with a single active
 // consumer, bound to it with equal weights. Once it returns, every matching
 // event is kept in exactly one partition queue until a consumer acks it.
-// Every message bento publishes carries the header ([NewMessage] sets it);
-// the broker drops a message without it (from another publisher) without a
-// trace, so publish to the exchange only through bento.
+// Every message bento publishes carries the header (the publishers set it
+// when [NewMessage] has not); a message from another publisher without it
+// lands in one partition, the same for all of them.
 // Declaring is idempotent; bindings add up over calls.
 //
 // It returns an error wrapping [ErrHashExchangeMissing] when the broker's
@@ -230,16 +229,23 @@ func declarePartitionQueue(ch *amqp.Channel, hx, queue string, args amqp.Table) 
 	return nil
 }
 
-// NewPartitionSubscriber connects a subscriber for the partition queues of
+// NewPartitionSubscriber returns a subscriber for the partition queues of
 // spec.Group, declared with [DeclarePartitions] before it returns.
-// Subscribe(ctx, PartitionQueue(group, p)) consumes partition p: messages
-// one at a time (prefetch 1, so a message given back by a dying consumer
-// is the only one whose delivery count grows), each acked or nacked
-// (requeued at the head of its queue) before the next arrives. With a single
-// active consumer per queue, a second subscription to a partition, here or
-// in another process, waits until the first one ends and then receives the
-// partition's messages, unacked ones first. The subscriber reconnects on its
-// own and redeclares the partition queue it consumes.
+// Subscribe(ctx, PartitionQueue(group, p)) consumes partition p on a
+// channel of its own: messages one at a time (prefetch 1), each acked, or
+// nacked and requeued at the head of its queue, before the next arrives.
+// With a single active consumer per queue, a second subscription to a
+// partition, here or in another process, waits until the first one ends,
+// then receives the partition's messages, unacked ones first.
+//
+// When ctx ends, the subscription stops: it cancels its consumer and closes
+// its channel, which gives the message in hand back to the head of the
+// queue (an Ack that comes first still counts; a Nack after ctx ended is
+// the same give-back). It never nacks on its own: on a quorum queue each
+// give-back counts one delivery toward the delivery limit, and a consumer
+// that stops costs the message at the head of its partition at most one.
+// The subscription's channel closes when ctx ends or the connection is
+// lost; subscribe again to resume (the subscriber dials again).
 //
 // It returns the errors of DeclarePartitions.
 func NewPartitionSubscriber(ctx context.Context, cfg *AMQPConfig, spec PartitionSpec) (message.Subscriber, error) {
@@ -247,43 +253,123 @@ func NewPartitionSubscriber(ctx context.Context, cfg *AMQPConfig, spec Partition
 		return nil, err
 	}
 	c, _ := cfg.resolve() // DeclarePartitions validated it
-	wc := c.wamqpConfig(partitionTopology{hx: hashExchange(c.Exchange, spec.Group), args: spec.queueArgs()})
-	wc.Queue.GenerateName = wamqp.GenerateQueueNameTopicName
-	wc.Consume.Qos = wamqp.QosConfig{PrefetchCount: 1}
-	sub, err := wamqp.NewSubscriber(wc, watermill.NewSlogLogger(c.Logger))
-	if err != nil {
-		return nil, fmt.Errorf("new partition subscriber: %w", err)
-	}
-	return &partitionSubscriber{sub: sub}, nil
+	return &partitionSubscriber{cfg: c, hx: hashExchange(c.Exchange, spec.Group), args: spec.queueArgs()}, nil
 }
 
-// partitionSubscriber closes each subscription's channel as soon as its
-// context ends (see untilDone).
-type partitionSubscriber struct{ sub *wamqp.Subscriber }
+// partitionSubscriber consumes partition queues over one connection, dialed
+// on first use and again after it is lost.
+type partitionSubscriber struct {
+	cfg  *AMQPConfig
+	hx   string
+	args amqp.Table
+
+	mu     sync.Mutex
+	conn   *amqp.Connection
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// channel opens a channel on the subscriber's connection, dialing it if
+// needed.
+func (s *partitionSubscriber) channel(ctx context.Context) (*amqp.Channel, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	if s.conn == nil || s.conn.IsClosed() {
+		conn, err := s.cfg.dial(ctx)
+		if err != nil {
+			return nil, err
+		}
+		s.conn = conn
+	}
+	ch, err := s.conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("messaging: open AMQP channel: %w", err)
+	}
+	return ch, nil
+}
 
 func (s *partitionSubscriber) Subscribe(ctx context.Context, queue string) (<-chan *message.Message, error) {
-	in, err := s.sub.Subscribe(ctx, queue)
+	ch, err := s.channel(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("subscribe %q: %w", queue, err)
 	}
-	return untilDone(ctx, in), nil
+	deliveries, err := func() (<-chan amqp.Delivery, error) {
+		if err := ch.Qos(1, 0, false); err != nil {
+			return nil, err
+		}
+		if err := declarePartitionQueue(ch, s.hx, queue, s.args); err != nil {
+			return nil, err
+		}
+		return ch.Consume(queue, "", false, false, false, false, nil)
+	}()
+	if err != nil {
+		_ = ch.Close()
+		return nil, fmt.Errorf("subscribe %q: %w", queue, err)
+	}
+	out := make(chan *message.Message)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer close(out)
+		defer func() { _ = ch.Close() }() // gives back what was delivered and not acked
+		for {
+			var d amqp.Delivery
+			var ok bool
+			select {
+			case <-ctx.Done():
+				return
+			case d, ok = <-deliveries:
+				if !ok {
+					return
+				}
+			}
+			msg, _ := marshaler{}.Unmarshal(d)
+			mctx, cancel := context.WithCancel(ctx)
+			msg.SetContext(mctx)
+			select {
+			case out <- msg:
+			case <-ctx.Done():
+				cancel()
+				return
+			}
+			var err error
+			select {
+			case <-msg.Acked():
+				err = d.Ack(false)
+			case <-msg.Nacked():
+				if ctx.Err() == nil {
+					err = d.Nack(false, true)
+				}
+			case <-ctx.Done():
+			}
+			cancel()
+			if err != nil || ctx.Err() != nil {
+				// An ack that raced with the end still counts.
+				select {
+				case <-msg.Acked():
+					_ = d.Ack(false)
+				default:
+				}
+				return
+			}
+		}
+	}()
+	return out, nil
 }
 
-func (s *partitionSubscriber) Close() error { return s.sub.Close() }
-
-// partitionTopology redeclares, on each subscribe and reconnect, the
-// partition queue consumed, with its arguments and binding.
-type partitionTopology struct {
-	hx   string
-	args amqp.Table
-}
-
-var _ wamqp.TopologyBuilder = partitionTopology{}
-
-func (partitionTopology) ExchangeDeclare(ch *amqp.Channel, exchange string, _ wamqp.Config) error {
-	return declareMainExchange(ch, exchange)
-}
-
-func (t partitionTopology) BuildTopology(ch *amqp.Channel, queue, _ string, _ wamqp.Config, _ watermill.LoggerAdapter) error {
-	return declarePartitionQueue(ch, t.hx, queue, t.args)
+// Close closes the connection, which ends every subscription, and waits
+// for them.
+func (s *partitionSubscriber) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	conn := s.conn
+	s.mu.Unlock()
+	if conn != nil {
+		_ = conn.Close()
+	}
+	s.wg.Wait()
+	return nil
 }

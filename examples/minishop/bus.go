@@ -44,7 +44,7 @@ func openBus(ctx context.Context, log *slog.Logger, amqpURL string) (*bus, error
 			return nil, err
 		}
 		for group, topics := range groupBindings {
-			if err := mem.DeclareQueue(group, topics...); err != nil {
+			if err := mem.DeclarePartitions(group, consumer.DefaultPartitions, topics...); err != nil {
 				return nil, err
 			}
 		}
@@ -62,7 +62,9 @@ func openBus(ctx context.Context, log *slog.Logger, amqpURL string) (*bus, error
 	}
 	cfg := &messaging.AMQPConfig{URL: amqpURL, Exchange: exchange, Logger: log}
 	for group, topics := range groupBindings {
-		if err := messaging.DeclareQueue(ctx, cfg, group, topics...); err != nil {
+		spec := consumer.PartitionSpec(exchange, consumer.DefaultConfig(group))
+		spec.Patterns = topics
+		if err := messaging.DeclarePartitions(ctx, cfg, spec); err != nil {
 			return nil, err
 		}
 	}

@@ -14,15 +14,27 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
+	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/examples/minishop/inventory"
 	"github.com/bentoevents/bento/examples/minishop/order"
 	"github.com/bentoevents/bento/internal/testenv"
+	"github.com/bentoevents/bento/messaging"
 )
 
-// groupQueues are the RabbitMQ queues of minishop's consumer groups. Their
-// names are part of minishop's contract, so the test deletes them before and
-// after it runs.
-var groupQueues = []string{"inventory", "notification", "ordering", "inventory.dead", "notification.dead", "ordering.dead"}
+// groupQueues are the RabbitMQ queues of minishop's consumer groups: each
+// group's partitions and dead letters (and the queue of the group itself,
+// from before the groups were partitioned). Their names are part of
+// minishop's contract, so the test deletes them before and after it runs.
+func groupQueues() []string {
+	var qs []string
+	for group := range groupBindings {
+		qs = append(qs, group, group+".dead")
+		for p := range consumer.DefaultPartitions {
+			qs = append(qs, messaging.PartitionQueue(group, p))
+		}
+	}
+	return qs
+}
 
 func deleteQueues(t *testing.T, url string, names ...string) {
 	conn, err := amqp.Dial(url)
@@ -46,8 +58,11 @@ func TestRelayKilledOnPostgresAndRabbitMQ(t *testing.T) {
 	ex := testenv.NewExchange(t)
 	amqpURL, exchange := ex.URL, ex.Name
 	db, dsn := testenv.Postgres(t)
-	deleteQueues(t, amqpURL, groupQueues...) // left by an earlier run
-	ex.Queues(groupQueues...)
+	deleteQueues(t, amqpURL, groupQueues()...) // left by an earlier run
+	ex.Queues(groupQueues()...)
+	for group := range groupBindings {
+		ex.Partitioned(group, consumer.DefaultPartitions)
+	}
 	env := []string{"DATABASE_URL=" + dsn, "AMQP_URL=" + amqpURL, "MINISHOP_EXCHANGE=" + exchange}
 
 	api := start(t, env, "-addr", "127.0.0.1:0", "serve")

@@ -10,6 +10,7 @@ import (
 	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/examples/minishop/inventory"
 	"github.com/bentoevents/bento/examples/minishop/order"
+	"github.com/bentoevents/bento/inbox"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/uow"
 )
@@ -34,6 +35,10 @@ type Notification struct {
 func (a *App) consumerConfig(group string) *consumer.Config {
 	cfg := consumer.DefaultConfig(group)
 	cfg.MaxRetries = 10 // optimistic conflicts on hot skus are retried here
+	// Partitioned (the default): each order's events reach a group in
+	// version order, so the watermark also skips duplicates of events
+	// whose inbox records were purged.
+	cfg.Versions = inbox.VersionsIncreasing
 	cfg.Logger = a.log
 	cfg.Registerer = a.metrics
 	return cfg
@@ -72,9 +77,10 @@ func (a *App) inventoryConsumer() (*consumer.Consumer, error) {
 		return a.units.Run(ctx, func(ctx context.Context, u *uow.UnitOfWork) error {
 			r, err := uow.Get[inventory.Reservation](ctx, u, e.OrderID)
 			if errors.Is(err, uow.ErrNotFound) {
-				// order.placed is still being applied by another worker:
-				// fail, and the retry finds the reservation.
-				return fmt.Errorf("no reservation for order %s yet: %w", e.OrderID, err)
+				// The group is partitioned: an order's events arrive in
+				// version order, so its order.placed was applied first
+				// and a missing reservation is a bug, not a race.
+				return consumer.Permanent(fmt.Errorf("no reservation for cancelled order %s: %w", e.OrderID, err))
 			}
 			if err != nil {
 				return err

@@ -157,8 +157,8 @@ type bus struct {
 	newConsumer func(db *gorm.DB, cc *consumer.Config) (*consumer.Consumer, error)
 }
 
-// openBus declares the consumer group's queue before anything is
-// published, so no event is relayed while the group has nowhere to
+// openBus declares the consumer group's partition queues before anything
+// is published, so no event is relayed while the group has nowhere to
 // receive it. Event types no group consumes go to an alternate queue.
 func openBus(ctx context.Context, cfg config, topics ...string) (*bus, func(), error) {
 	if cfg.AMQPURL == "" {
@@ -166,7 +166,7 @@ func openBus(ctx context.Context, cfg config, topics ...string) (*bus, func(), e
 		if err := mem.DeclareAlternate("quickstart.unroutable"); err != nil {
 			return nil, nil, err
 		}
-		if err := mem.DeclareQueue(cfg.Group, topics...); err != nil {
+		if err := mem.DeclarePartitions(cfg.Group, consumer.DefaultPartitions, topics...); err != nil {
 			return nil, nil, err
 		}
 		return &bus{pub: mem, newConsumer: func(db *gorm.DB, cc *consumer.Config) (*consumer.Consumer, error) {
@@ -174,7 +174,9 @@ func openBus(ctx context.Context, cfg config, topics ...string) (*bus, func(), e
 		}}, func() { _ = mem.Close() }, nil
 	}
 	amqpCfg := &messaging.AMQPConfig{URL: cfg.AMQPURL, Exchange: cfg.Exchange, Logger: cfg.Log}
-	if err := messaging.DeclareQueue(ctx, amqpCfg, cfg.Group, topics...); err != nil {
+	spec := consumer.PartitionSpec(cfg.Exchange, consumer.DefaultConfig(cfg.Group))
+	spec.Patterns = topics
+	if err := messaging.DeclarePartitions(ctx, amqpCfg, spec); err != nil {
 		return nil, nil, err
 	}
 	pub, err := messaging.NewConfirmPublisher(amqpCfg)

@@ -199,13 +199,18 @@ func (p *publisher) Close() error {
 // consumer.DeadLetterTopic(group) (prefixed with Config.StreamPrefix) through
 // NewPublisher. The dead-letter publisher is closed when the consumer's Run
 // returns. db needs the inbox and outbox tables (inbox.Migrate,
-// outbox.Migrate).
+// outbox.Migrate). This bus has no partitions: the consumer runs without
+// them whatever ccfg.Partitions says, with ccfg.Concurrency competing
+// readers and no order across them.
 //
 // Errors: ErrInvalidConfig, consumer.ErrInvalidConfig.
 func NewConsumer(db *gorm.DB, cfg Config, ccfg *consumer.Config) (*consumer.Consumer, error) {
 	if ccfg == nil {
 		return nil, fmt.Errorf("%w: nil consumer config (use consumer.DefaultConfig)", consumer.ErrInvalidConfig)
 	}
+	unpartitioned := *ccfg
+	unpartitioned.Partitions = 0
+	ccfg = &unpartitioned
 	c, err := cfg.resolve()
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"strconv"
 	"sync"
 	"testing"
 
@@ -17,8 +18,9 @@ type Exchange struct {
 	// Name is the exchange's name.
 	Name string
 
-	mu     sync.Mutex
-	queues []string
+	mu        sync.Mutex
+	queues    []string
+	exchanges []string
 }
 
 // NewExchange reserves a fresh exchange name on the test broker (see
@@ -37,6 +39,18 @@ func (e *Exchange) Queues(names ...string) {
 	e.queues = append(e.queues, names...)
 }
 
+// Partitioned registers the n partition queues of group, its hash exchange
+// and its dead-letter queue to delete at cleanup.
+func (e *Exchange) Partitioned(group string, n int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for p := range n {
+		e.queues = append(e.queues, group+".p"+strconv.Itoa(p))
+	}
+	e.queues = append(e.queues, group+".dead")
+	e.exchanges = append(e.exchanges, e.Name+".hash."+group)
+}
+
 func (e *Exchange) delete() {
 	conn, err := amqp.Dial(e.URL)
 	if err != nil {
@@ -49,6 +63,7 @@ func (e *Exchange) delete() {
 	}
 	e.mu.Lock()
 	queues := append([]string(nil), e.queues...)
+	exchanges := append([]string(nil), e.exchanges...)
 	e.mu.Unlock()
 	for _, ex := range []string{e.Name, e.Name + ".dead"} {
 		queues = append(queues, ex+".unroutable")
@@ -56,7 +71,7 @@ func (e *Exchange) delete() {
 	for _, q := range queues {
 		_, _ = ch.QueueDelete(q, false, false, false)
 	}
-	for _, ex := range []string{e.Name, e.Name + ".unroutable", e.Name + ".dead", e.Name + ".dead.unroutable"} {
+	for _, ex := range append(exchanges, e.Name, e.Name+".unroutable", e.Name+".dead", e.Name+".dead.unroutable") {
 		_ = ch.ExchangeDelete(ex, false, false)
 	}
 }

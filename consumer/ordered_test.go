@@ -1,0 +1,275 @@
+package consumer_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/bentoevents/bento/consumer"
+	"github.com/bentoevents/bento/inbox"
+	"github.com/bentoevents/bento/internal/tcpproxy"
+	"github.com/bentoevents/bento/internal/testenv"
+	"github.com/bentoevents/bento/messaging"
+	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/uow"
+)
+
+// Step is event n of an aggregate in the order tests.
+type Step struct {
+	N int64 `json:"n"`
+}
+
+func (Step) EventType() string { return "ordered.step" }
+
+// Applied is what the order-checking handler records for each event it
+// applies: whether its version was the aggregate's last applied plus one.
+type Applied struct {
+	ID          uint `gorm:"primaryKey"`
+	AggregateID string
+	Version     int64
+	InOrder     bool
+	Worker      string
+}
+
+// The environment of a worker process (see TestMain).
+const (
+	envWorker      = "BENTO_CONSUMER_TEST_WORKER"
+	envWorkerDSN   = "BENTO_CONSUMER_TEST_DSN"
+	envWorkerAMQP  = "BENTO_CONSUMER_TEST_AMQP"
+	envWorkerEx    = "BENTO_CONSUMER_TEST_EXCHANGE"
+	envWorkerGroup = "BENTO_CONSUMER_TEST_GROUP"
+)
+
+const (
+	orderPartitions  = 32
+	orderConcurrency = 8
+	orderTakeover    = 3 * time.Second
+)
+
+func TestMain(m *testing.M) {
+	if name := os.Getenv(envWorker); name != "" {
+		if err := orderWorker(name); err != nil {
+			fmt.Fprintln(os.Stderr, "worker:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// orderWorker is one instance of the ordered group, in its own process: it
+// applies Steps with an order-checking handler until it is killed.
+func orderWorker(name string) error {
+	db, err := gorm.Open(postgres.Open(os.Getenv(envWorkerDSN)), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	cfg := consumer.DefaultConfig(os.Getenv(envWorkerGroup))
+	cfg.Partitions, cfg.Concurrency, cfg.TakeoverTime = orderPartitions, orderConcurrency, orderTakeover
+	cfg.CloseTimeout = 5 * time.Second
+	cfg.Logger = log
+	c, err := consumer.NewAMQP(context.Background(), db,
+		&messaging.AMQPConfig{URL: os.Getenv(envWorkerAMQP), Exchange: os.Getenv(envWorkerEx), Logger: log}, cfg)
+	if err != nil {
+		return err
+	}
+	if err := consumer.Handle(c, checkOrder(name)); err != nil {
+		return err
+	}
+	return c.Run(context.Background())
+}
+
+// checkOrder is the order-checking handler: it records each Step it
+// applies, in the handler's transaction, with whether its version is the
+// aggregate's last applied plus one.
+func checkOrder(worker string) func(ctx context.Context, e Step, env *messaging.Envelope) error {
+	return func(ctx context.Context, e Step, env *messaging.Envelope) error {
+		tx := uow.DB(ctx, nil)
+		var last int64
+		if err := tx.Raw(`SELECT COALESCE(MAX(version), 0) FROM applieds WHERE aggregate_id = ?`, env.AggregateID).
+			Scan(&last).Error; err != nil {
+			return err
+		}
+		return tx.Create(&Applied{AggregateID: env.AggregateID, Version: env.AggregateVersion,
+			InOrder: env.AggregateVersion == last+1, Worker: worker}).Error
+	}
+}
+
+// stepMsg is version v of aggregate a's Step, as the relay publishes it.
+func stepMsg(t testing.TB, a int, v int64) *message.Message {
+	t.Helper()
+	body, err := json.Marshal(Step{N: v})
+	require.NoError(t, err)
+	m, err := messaging.NewMessage(&outbox.Message{ID: fmt.Sprintf("a%03d-%03d", a, v), TenantID: "default",
+		Topic: Step{}.EventType(), AggregateType: "thing", AggregateID: fmt.Sprintf("a%03d", a),
+		AggregateVersion: v, SchemaVersion: 1, Payload: body, OccurredAt: time.Now().UTC()})
+	require.NoError(t, err)
+	return m
+}
+
+// workers starts and kills worker processes of one test.
+type workers struct {
+	t     *testing.T
+	env   []string
+	dir   string
+	procs map[string]*exec.Cmd
+}
+
+func (w *workers) start(name string) {
+	w.t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), append(w.env, envWorker+"="+name)...)
+	out, err := os.Create(filepath.Join(w.dir, name+".log"))
+	require.NoError(w.t, err)
+	cmd.Stdout, cmd.Stderr = out, out
+	require.NoError(w.t, cmd.Start())
+	w.procs[name] = cmd
+	w.t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		_ = out.Close()
+		if w.t.Failed() {
+			b, _ := os.ReadFile(out.Name())
+			w.t.Logf("log of %s:\n%s", name, tail(b, 4000))
+		}
+	})
+}
+
+func (w *workers) kill(name string) {
+	w.t.Helper()
+	require.NoError(w.t, w.procs[name].Process.Signal(syscall.SIGKILL))
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
+
+// TestPartitionsKeepOrderAcrossKilledWorkersAndADatabaseOutage is the
+// order guarantee under attack: 4 worker processes (32 partitions,
+// concurrency 8 each) apply 200 aggregates x 50 events with a handler that
+// checks each version is the last applied plus one; while the events flow
+// one worker is SIGKILLed and another started, then the database is cut
+// off for 60 seconds through a TCP proxy. Every event must be applied
+// exactly once, in order, and nothing dead-lettered.
+func TestPartitionsKeepOrderAcrossKilledWorkersAndADatabaseOutage(t *testing.T) {
+	testenv.Stress(t)
+	const aggregates, events = 200, 50
+	outage := 60 * time.Second
+	db, dsn := testenv.Postgres(t)
+	ctx := t.Context()
+	require.NoError(t, inbox.Migrate(ctx, db))
+	require.NoError(t, outbox.Migrate(ctx, db))
+	require.NoError(t, db.AutoMigrate(&Applied{}))
+	ex := testenv.NewExchange(t)
+	group := "ordered" + strconv.FormatInt(time.Now().UnixNano()%1e6, 10)
+	ex.Partitioned(group, orderPartitions)
+	amqpCfg := &messaging.AMQPConfig{URL: ex.URL, Exchange: ex.Name, Logger: quiet}
+	ccfg := consumer.DefaultConfig(group)
+	ccfg.Partitions = orderPartitions
+	spec := consumer.PartitionSpec(ex.Name, ccfg)
+	spec.Patterns = []string{Step{}.EventType()}
+	require.NoError(t, messaging.DeclarePartitions(ctx, amqpCfg, spec))
+
+	u, err := url.Parse(dsn)
+	require.NoError(t, err, "the test DSN must be a URL")
+	proxy, err := tcpproxy.Start(u.Host)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = proxy.Close() })
+	u.Host = proxy.Addr()
+
+	w := &workers{t: t, dir: t.TempDir(), procs: map[string]*exec.Cmd{}, env: []string{
+		envWorkerDSN + "=" + u.String(), envWorkerAMQP + "=" + ex.URL, envWorkerEx + "=" + ex.Name, envWorkerGroup + "=" + group,
+	}}
+	for i := range 4 {
+		w.start(fmt.Sprintf("w%d", i))
+	}
+	members := func() int64 {
+		var n int64
+		db.Raw(`SELECT count(*) FROM consumer_members WHERE consumer = ?`, group).Scan(&n)
+		return n
+	}
+	waitFor(t, 60*time.Second, "4 workers joined", func() bool { return members() == 4 })
+
+	pub, err := messaging.NewAMQPPublisher(amqpCfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	applied := func() int64 {
+		var n int64
+		require.NoError(t, db.Model(&Applied{}).Count(&n).Error)
+		return n
+	}
+	for v := int64(1); v <= events; v++ {
+		for a := range aggregates {
+			require.NoError(t, pub.Publish(Step{}.EventType(), stepMsg(t, a, v)))
+		}
+		switch v {
+		case 15:
+			w.kill("w0")
+			w.start("w4")
+		case 30:
+			waitFor(t, 60*time.Second, "events applied before the outage", func() bool { return applied() > 0 })
+			proxy.Cut()
+			t.Logf("database cut off after %d of %d events were applied", applied(), aggregates*events)
+			time.AfterFunc(outage, proxy.Restore)
+		}
+	}
+	waitFor(t, outage+3*time.Minute, "every event applied", func() bool { return applied() >= aggregates*events })
+	time.Sleep(time.Second) // anything applied twice would show up now
+
+	var stats struct{ Total, Distinct, OutOfOrder int64 }
+	require.NoError(t, db.Raw(`SELECT count(*) AS total,
+  count(DISTINCT (aggregate_id, version)) AS distinct,
+  count(*) FILTER (WHERE NOT in_order) AS out_of_order FROM applieds`).Scan(&stats).Error)
+	assert.EqualValues(t, aggregates*events, stats.Total, "applied")
+	assert.EqualValues(t, aggregates*events, stats.Distinct, "each event applied once")
+	assert.Zero(t, stats.OutOfOrder, "events applied out of version order")
+	if !assert.Zero(t, deadDepth(t, ex.URL, group+".dead"), "dead letters") {
+		conn, _ := amqp.Dial(ex.URL)
+		ch, _ := conn.Channel()
+		for range 3 {
+			d, _, _ := ch.Get(group+".dead", true)
+			t.Logf("dead letter %s: %v", d.MessageId, d.Headers)
+		}
+		conn.Close()
+	}
+	var workersSeen int64
+	db.Raw(`SELECT count(DISTINCT worker) FROM applieds`).Scan(&workersSeen)
+	assert.GreaterOrEqual(t, workersSeen, int64(4), "the work was spread over the workers")
+}
+
+// deadDepth returns how many messages wait in the dead-letter queue, 0 if
+// it does not exist.
+func deadDepth(t *testing.T, amqpURL, queue string) int {
+	t.Helper()
+	conn, err := amqp.Dial(amqpURL)
+	require.NoError(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	if err != nil {
+		return 0
+	}
+	return q.Messages
+}

@@ -1,0 +1,219 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/bentoevents/bento/messaging"
+)
+
+// partitionRun is one Run of a partitioned consumer: the partitions it
+// handles now, each in its own goroutine, one message at a time.
+type partitionRun struct {
+	c       *Consumer
+	sub     message.Subscriber
+	handle  message.HandlerFunc
+	slots   chan struct{} // Concurrency, when limited
+	base    context.Context
+	workers map[int]*partitionWorker
+	wg      sync.WaitGroup
+}
+
+// partitionWorker handles one partition until stop is closed (it finishes
+// the message in hand first) or its context is cancelled (it abandons it,
+// to be redelivered).
+type partitionWorker struct {
+	stop   chan struct{}
+	done   chan struct{}
+	cancel context.CancelFunc
+}
+
+// runPartitioned is Run for Partitions > 0: it joins the group's membership,
+// handles the partitions dealt to this instance, and follows the membership
+// as instances come and go, until ctx ends.
+func (c *Consumer) runPartitioned(ctx context.Context, handle message.HandlerFunc, patterns []string) error {
+	ttl, every := c.cfg.TakeoverTime*3/4, c.cfg.TakeoverTime/4
+	owned, err := c.members.beat(ctx, ttl.Milliseconds())
+	if err != nil {
+		return err
+	}
+	sub, err := c.newSub(patterns)
+	if err != nil {
+		_ = c.members.leave(context.WithoutCancel(ctx))
+		return fmt.Errorf("consumer: subscribe %s: %w", c.cfg.Group, err)
+	}
+	r := &partitionRun{c: c, sub: sub, handle: handle, base: context.WithoutCancel(ctx), workers: map[int]*partitionWorker{}}
+	if c.cfg.Concurrency > 0 {
+		r.slots = make(chan struct{}, c.cfg.Concurrency)
+	}
+	defer func() {
+		r.c.owned.Store(nil)
+		r.stopAll()
+		leaveCtx, cancel := context.WithTimeout(r.base, 5*time.Second)
+		defer cancel()
+		if err := c.members.leave(leaveCtx); err != nil {
+			c.cfg.Logger.Warn("consumer: could not leave the group; peers take over its partitions once it expires",
+				"group", c.cfg.Group, "err", err)
+		}
+		_ = sub.Close()
+	}()
+	r.assign(owned)
+	close(c.running)
+	c.cfg.Logger.Info("consumer: partitions assigned", "group", c.cfg.Group, "member", c.members.id, "partitions", owned)
+
+	lastBeat := time.Now()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		owned, err := c.members.beat(ctx, ttl.Milliseconds())
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, ErrPartitionMismatch):
+			c.cfg.Logger.Error("consumer: keeping the current partitions", "group", c.cfg.Group, "err", err)
+			continue
+		case err != nil:
+			// The database is unreachable: peers cannot take over either,
+			// but once this member's row has expired they may, when they
+			// reach the database first; stop pulling before that.
+			if time.Since(lastBeat) < ttl {
+				continue
+			}
+			if len(r.workers) > 0 {
+				c.cfg.Logger.Warn("consumer: membership lapsed; releasing partitions until the database answers",
+					"group", c.cfg.Group, "err", err)
+			}
+			owned = nil
+		default:
+			lastBeat = time.Now()
+		}
+		if !slices.Equal(owned, r.running()) {
+			c.cfg.Logger.Info("consumer: partitions reassigned", "group", c.cfg.Group, "member", c.members.id,
+				"partitions", owned)
+		}
+		r.assign(owned)
+	}
+}
+
+// running returns the partitions with a live worker, in order; it reaps the
+// workers that ended on their own (a lost subscription), so assign
+// restarts them.
+func (r *partitionRun) running() []int {
+	var ps []int
+	for p, w := range r.workers {
+		select {
+		case <-w.done:
+			delete(r.workers, p)
+		default:
+			ps = append(ps, p)
+		}
+	}
+	slices.Sort(ps)
+	return ps
+}
+
+// assign stops the workers of partitions not in owned and starts the
+// missing ones.
+func (r *partitionRun) assign(owned []int) {
+	r.c.owned.Store(&owned)
+	for _, p := range r.running() {
+		if !slices.Contains(owned, p) {
+			r.release(p)
+		}
+	}
+	for _, p := range owned {
+		if r.workers[p] == nil {
+			r.start(p)
+		}
+	}
+}
+
+// release tells partition p's worker to stop after the message in hand, or
+// to abandon it after CloseTimeout.
+func (r *partitionRun) release(p int) {
+	w := r.workers[p]
+	delete(r.workers, p)
+	close(w.stop)
+	go func() {
+		select {
+		case <-w.done:
+		case <-time.After(r.c.cfg.CloseTimeout):
+			w.cancel()
+		}
+	}()
+}
+
+// stopAll releases every partition and waits for the workers.
+func (r *partitionRun) stopAll() {
+	for p := range r.workers {
+		r.release(p)
+	}
+	r.wg.Wait()
+}
+
+// start subscribes to partition p, before it returns (so that Running
+// means subscribed), and handles its messages in order in a goroutine. A
+// failed subscription is logged and tried again at the next heartbeat.
+func (r *partitionRun) start(p int) {
+	ctx, cancel := context.WithCancel(r.base)
+	queue := messaging.PartitionQueue(r.c.cfg.Group, p)
+	msgs, err := r.sub.Subscribe(ctx, queue)
+	if err != nil {
+		cancel()
+		r.c.cfg.Logger.Error("consumer: subscribe to partition; retrying at the next heartbeat",
+			"group", r.c.cfg.Group, "queue", queue, "err", err)
+		return
+	}
+	w := &partitionWorker{stop: make(chan struct{}), done: make(chan struct{}), cancel: cancel}
+	r.workers[p] = w
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		defer close(w.done)
+		defer cancel()
+		for {
+			select {
+			case <-w.stop:
+				return
+			case msg, ok := <-msgs:
+				if !ok {
+					return
+				}
+				r.handleOne(msg, w.stop)
+			}
+		}
+	}()
+}
+
+// handleOne runs the handler chain on msg, within the concurrency limit,
+// and acks it, or nacks it to be redelivered first.
+func (r *partitionRun) handleOne(msg *message.Message, stop <-chan struct{}) {
+	if r.slots != nil {
+		select {
+		case r.slots <- struct{}{}:
+			defer func() { <-r.slots }()
+		case <-stop:
+			msg.Nack()
+			return
+		case <-msg.Context().Done():
+			msg.Nack()
+			return
+		}
+	}
+	if _, err := r.handle(msg); err != nil {
+		msg.Nack()
+		return
+	}
+	msg.Ack()
+}

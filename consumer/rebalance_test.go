@@ -1,0 +1,101 @@
+package consumer_test
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bentoevents/bento/consumer"
+)
+
+// TestPartitionsRebalanceWithinTheTakeoverTime grows a group from one
+// instance to three and back to one while events flow: after each change,
+// within TakeoverTime, the partitions are dealt evenly among the running
+// instances, each partition to exactly one, and every event is applied
+// once, in its aggregate's version order.
+func TestPartitionsRebalanceWithinTheTakeoverTime(t *testing.T) {
+	forEachHarness(t, func(t *testing.T, h *harness) {
+		s := newSuite(t, h)
+		require.NoError(t, s.db.AutoMigrate(&Applied{}))
+		const partitions, takeover = 12, 2 * time.Second
+		newInstance := func(name string) *consumer.Consumer {
+			cfg := s.config()
+			cfg.Partitions, cfg.TakeoverTime, cfg.CloseTimeout = partitions, takeover, 5*time.Second
+			c := s.newConsumer(t, cfg)
+			require.NoError(t, consumer.Handle(c, checkOrder(name)))
+			return c
+		}
+		// dealt waits until the running instances own the partitions
+		// evenly and disjointly, and returns how long that took.
+		dealt := func(running ...*consumer.Consumer) time.Duration {
+			t.Helper()
+			start := time.Now()
+			waitFor(t, 2*takeover, fmt.Sprintf("partitions dealt among %d instances", len(running)), func() bool {
+				var all []int
+				for _, c := range running {
+					owned := c.Partitions()
+					if n := len(owned); n < partitions/len(running) || n > partitions/len(running)+1 {
+						return false
+					}
+					all = append(all, owned...)
+				}
+				slices.Sort(all)
+				return slices.Equal(all, seq(partitions))
+			})
+			return time.Since(start)
+		}
+		const aggregates = 40
+		next := int64(1)
+		publishRound := func() {
+			for a := range aggregates {
+				s.publish(t, Step{}.EventType(), stepMsg(t, a, next))
+			}
+			next++
+		}
+		applied := func() {
+			want := int64(aggregates) * (next - 1)
+			waitFor(t, 30*time.Second, "every event applied", func() bool {
+				var n int64
+				require.NoError(t, s.db.Model(&Applied{}).Count(&n).Error)
+				return n == want
+			})
+		}
+
+		first := newInstance("first")
+		run(t, first)
+		dealt(first)
+		publishRound()
+		second, third := newInstance("second"), newInstance("third")
+		stopSecond, stopThird := run(t, second), run(t, third)
+		publishRound()
+		assert.Less(t, dealt(first, second, third), takeover, "1 -> 3")
+		publishRound()
+		applied()
+		stopSecond()
+		stopThird()
+		publishRound()
+		assert.Less(t, dealt(first), takeover, "3 -> 1")
+		assert.Empty(t, second.Partitions(), "a stopped instance owns nothing")
+		publishRound()
+
+		applied()
+		var outOfOrder, workers int64
+		require.NoError(t, s.db.Model(&Applied{}).Where("NOT in_order").Count(&outOfOrder).Error)
+		require.NoError(t, s.db.Raw(`SELECT count(DISTINCT worker) FROM applieds`).Scan(&workers).Error)
+		assert.Zero(t, outOfOrder, "events applied out of version order")
+		assert.EqualValues(t, 3, workers, "every instance applied events")
+	})
+}
+
+// seq returns 0..n-1.
+func seq(n int) []int {
+	s := make([]int, n)
+	for i := range s {
+		s[i] = i
+	}
+	return s
+}
