@@ -1,16 +1,30 @@
 // Package consumer runs a consumer group: typed handlers that apply each
 // event exactly once, with retries and dead letters.
 //
-// A [Consumer] reads its group's queue on RabbitMQ ([NewAMQP]), the
+// A [Consumer] reads its group's queues on RabbitMQ ([NewAMQP]), the
 // in-memory bus ([NewMemory]) or any Watermill subscriber ([New]).
+//
+// A group is split into partitions ([Config].Partitions, 16 by default) by
+// a hash of each event's tenant, aggregate type and aggregate id. Each
+// partition is a queue with a single active consumer, handled one message
+// at a time, so an aggregate's events reach the handler in the order they
+// were published. The running instances of a group deal the partitions
+// among themselves through the consumer_members table (inbox migrations)
+// and deal them again when one starts, stops or dies, within
+// [Config].TakeoverTime; one instance handles its partitions in parallel.
+// On RabbitMQ the partition queues sit behind the consistent-hash exchange
+// plugin (see [PartitionSpec] and messaging.DeclarePartitions) and are
+// quorum queues whose delivery limit dead-letters a message that keeps
+// crashing its consumers.
 // Handlers registered with [Handle] receive the decoded event (upcast from
 // older schema versions) and its envelope, and run inside the inbox's
 // transaction (package inbox): a duplicate delivery is acknowledged and
 // skipped, and the handler's writes, the events it records through a unit
 // of work begun with its context, and the inbox record commit together.
 //
-// A handler that fails is retried with backoff ([Config].MaxRetries,
-// RetryInitialInterval, RetryMaxInterval); a message that keeps failing
+// A handler that fails is retried in place with backoff ([Config].MaxRetries,
+// RetryInitialInterval, RetryMaxInterval; transient database failures for
+// up to OutageWindow without counting), holding its partition; a message that keeps failing
 // is moved to the group's dead-letter destination, "<group>.dead", with the
 // error in its metadata ([MetaDeadReason]), and the consumer goes on. A
 // message that cannot be decoded, whose event type has no handler, or
