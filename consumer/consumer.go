@@ -40,6 +40,9 @@ var (
 	// handler in the consumer; it wraps messaging.ErrUnknownEventType and is
 	// dead-lettered at once.
 	ErrNoHandler = fmt.Errorf("consumer: no handler: %w", messaging.ErrUnknownEventType)
+	// ErrHandlerTimeout is the failure of an attempt that outlasted
+	// Config.HandlerTimeout; it counts toward MaxRetries.
+	ErrHandlerTimeout = errors.New("consumer: handler timed out")
 	// ErrRunning is returned when Handle is called on a running consumer or
 	// Run is called twice.
 	ErrRunning = errors.New("consumer: already running")
@@ -62,8 +65,9 @@ const (
 	// CausePermanent: the handler returned an error wrapped with Permanent,
 	// or the message has no usable id or version.
 	CausePermanent = "permanent"
-	// CauseFailed: the handler kept failing through MaxRetries retries (or
-	// a transient failure outlasted OutageWindow).
+	// CauseFailed: the handler kept failing (or timing out, see
+	// HandlerTimeout) through MaxRetries retries, or a transient failure
+	// outlasted OutageWindow.
 	CauseFailed = "failed"
 	// CauseGap: under inbox.VersionsContiguous, the aggregate's previous
 	// version was not applied within GapTimeout.
@@ -127,6 +131,14 @@ type Config struct {
 	// dead-lettered with the cause "gap". Optional: 0 means
 	// DefaultGapTimeout (5m); negative means none.
 	GapTimeout time.Duration
+	// HandlerTimeout bounds each attempt at a message: its context (and so
+	// the inbox transaction and every query made with it) is cancelled
+	// after that long, and the attempt fails like any other, counting
+	// toward MaxRetries, so a message that hangs its handler ends in dead
+	// letters instead of holding its partition forever. A handler that
+	// ignores its context is not interrupted. Optional: 0 or negative
+	// means no limit.
+	HandlerTimeout time.Duration
 	// RetryInitialInterval and RetryMaxInterval bound the backoff between
 	// retries. DefaultConfig: 100ms and 10s.
 	RetryInitialInterval time.Duration
@@ -532,7 +544,7 @@ func (c *Consumer) retry(h message.HandlerFunc) message.HandlerFunc {
 		delay := c.cfg.RetryInitialInterval
 		failures := 0
 		for {
-			out, err := h(msg)
+			out, err := c.attempt(ctx, msg, h)
 			if err == nil {
 				return out, nil
 			}
@@ -575,6 +587,25 @@ func (c *Consumer) retry(h message.HandlerFunc) message.HandlerFunc {
 			delay = min(2*delay, c.cfg.RetryMaxInterval)
 		}
 	}
+}
+
+// attempt runs h on msg once, within HandlerTimeout when there is one: the
+// message's context is bounded for the attempt, then restored.
+func (c *Consumer) attempt(ctx context.Context, msg *message.Message, h message.HandlerFunc) ([]*message.Message, error) {
+	if c.cfg.HandlerTimeout <= 0 {
+		return h(msg)
+	}
+	actx, cancel := context.WithTimeout(ctx, c.cfg.HandlerTimeout)
+	defer cancel()
+	msg.SetContext(actx)
+	defer msg.SetContext(ctx)
+	out, err := h(msg)
+	if err != nil && actx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
+		// Not wrapped: a timeout counts toward MaxRetries, whatever the
+		// cancelled query says (a cancellation, a lost connection).
+		err = fmt.Errorf("%w after %v (%v)", ErrHandlerTimeout, c.cfg.HandlerTimeout, err)
+	}
+	return out, err
 }
 
 // isDecode reports whether err says a message could not be decoded.

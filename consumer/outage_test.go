@@ -148,3 +148,35 @@ func TestDeadLettersSayWhy(t *testing.T) {
 		}, causes)
 	})
 }
+
+// TestHandlerTimeoutDeadLettersAHangingMessage: a handler that hangs on its
+// message (until its context ends) fails each attempt at HandlerTimeout,
+// so the message ends in dead letters after MaxRetries instead of holding
+// its partition, and the message behind it is applied.
+func TestHandlerTimeoutDeadLettersAHangingMessage(t *testing.T) {
+	forEachHarness(t, func(t *testing.T, h *harness) {
+		s := newSuite(t, h)
+		cfg := s.config()
+		cfg.MaxRetries, cfg.HandlerTimeout, cfg.Partitions = 1, 100*time.Millisecond, 1
+		c := s.newConsumer(t, cfg)
+		var attempts atomic.Int32
+		require.NoError(t, consumer.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+			if e.OrderID == "hangs" {
+				attempts.Add(1)
+				<-ctx.Done()
+				return ctx.Err()
+			}
+			return uow.DB(ctx, nil).Create(&Effect{MessageID: env.ID}).Error
+		}))
+		run(t, c)
+		hangs := eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: "hangs"}, nil)
+		s.publish(t, "order.placed", hangs)
+		s.publish(t, "order.placed", eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: "next"}, nil))
+		dead := s.deadLetters(t, s.group, 1)
+		assert.Equal(t, hangs.UUID, dead[0].UUID)
+		assert.Equal(t, consumer.CauseFailed, dead[0].Metadata.Get(consumer.MetaDeadCause))
+		assert.Contains(t, dead[0].Metadata.Get(consumer.MetaDeadReason), consumer.ErrHandlerTimeout.Error())
+		assert.EqualValues(t, 2, attempts.Load(), "one attempt and MaxRetries retries")
+		waitFor(t, 10*time.Second, "the next message applied", func() bool { return s.effects(t) == 1 })
+	})
+}

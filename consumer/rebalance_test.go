@@ -99,3 +99,22 @@ func seq(n int) []int {
 	}
 	return s
 }
+
+// TestPartitionCountsMustAgree: an instance started with another partition
+// count than the group's running instances refuses to run.
+func TestPartitionCountsMustAgree(t *testing.T) {
+	h := memoryHarness(t)
+	s := newSuite(t, h)
+	cfg := s.config()
+	cfg.Partitions = 12
+	first := s.newConsumer(t, cfg)
+	require.NoError(t, consumer.Handle(first, checkOrder("first")))
+	run(t, first)
+	other := s.config()
+	other.Partitions = 8
+	second := s.newConsumer(t, other)
+	require.NoError(t, consumer.Handle(second, checkOrder("second")))
+	err := second.Run(t.Context())
+	require.ErrorIs(t, err, consumer.ErrPartitionMismatch)
+	assert.Equal(t, seq(12), first.Partitions(), "the running instance keeps its partitions")
+}
