@@ -15,8 +15,10 @@
 // [MetaCorrelationID] (the event's own id when the row has none: a chain of
 // events starts at its first one) and, when present, [MetaCausationID],
 // [MetaTraceparent] and [MetaTracestate] (W3C Trace Context: the projector's
-// publish span, which the consumer's span continues). The aggregate keys are
-// left out for an event without aggregate. The topic a message is published under is its event type.
+// publish span, which the consumer's span continues), and [MetaPartitionKey]
+// (see [PartitionKey]). The aggregate keys are left out for an event
+// without aggregate. The topic a message is published under is its event
+// type.
 //
 // [Decode] reads a delivered message back into an [Envelope] and fails with
 // a [*DecodeError] (wrapping [ErrMalformedMessage]) that names the missing or
@@ -67,6 +69,21 @@
 // shovel it back once a binding exists; nothing is lost. Declare consumer
 // queues (DeclareQueue, or NewAMQPSubscriber) before events flow, so that
 // they are routed to their consumers in the first place.
+//
+// # Partitions
+//
+// A partitioned consumer group (package consumer) reads N queues instead of
+// one: [DeclarePartitions] binds a consistent-hash exchange,
+// "<exchange>.hash.<group>" (RabbitMQ's rabbitmq_consistent_hash_exchange
+// plugin; [ErrHashExchangeMissing] without it), to the main exchange with the
+// group's patterns, hashing each message's [MetaPartitionKey], and binds the
+// queues [PartitionQueue](group, 0..N-1) to it. Each partition queue has a
+// single active consumer; quorum queues (the default [QueueType]) carry a
+// delivery limit. An aggregate's events always land in the same partition,
+// in the order they were published. [NewPartitionSubscriber] consumes them
+// one message at a time and gives a message back by closing its channel.
+// The memory bus has the same: [MemoryBus.DeclarePartitions] and
+// [MemoryBus.PartitionSubscriber].
 //
 // RabbitMQ refuses to redeclare an exchange with other arguments
 // (PRECONDITION_FAILED). An exchange of the configured name created by other
