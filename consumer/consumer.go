@@ -72,6 +72,9 @@ const (
 	// CauseGap: under inbox.VersionsContiguous, the aggregate's previous
 	// version was not applied within GapTimeout.
 	CauseGap = "gap"
+	// CauseHeld: with Config.HoldBack, an earlier event of the aggregate
+	// was dead-lettered and has been neither replayed nor released.
+	CauseHeld = "held"
 )
 
 // Defaults of the Config fields that take one when zero.
@@ -174,6 +177,12 @@ type Config struct {
 	// An instance that cannot reach the database for that long releases its
 	// partitions. Optional: 0 means DefaultTakeoverTime (10s).
 	TakeoverTime time.Duration
+	// HoldBack, with Partitions, holds an aggregate back behind its first
+	// dead-lettered event: the aggregate's later events are dead-lettered
+	// too, with the cause "held", until that event is replayed and applied
+	// or the hold is released (Release), so no handler ever sees them out
+	// of order. Replay the dead letters in their order. DefaultConfig: true.
+	HoldBack bool
 	// Concurrency, with Partitions, is how many of its partitions an
 	// instance handles at once, each message in its own transaction; 0
 	// means all of them. Without Partitions, it is how many subscriptions
@@ -219,6 +228,7 @@ func DefaultConfig(group string) *Config {
 		RetryMaxInterval:     10 * time.Second,
 		CloseTimeout:         30 * time.Second,
 		Partitions:           DefaultPartitions,
+		HoldBack:             true,
 	}
 }
 
@@ -493,6 +503,14 @@ func Handle[E aggregate.Event](c *Consumer, fn func(ctx context.Context, e E, en
 	return nil
 }
 
+// Release lifts the hold on an aggregate (see Config.HoldBack), for when
+// the dead letter it is held behind was discarded: its later events flow
+// again. It reports whether the aggregate was held. An empty tenant means
+// the default tenant.
+func (c *Consumer) Release(ctx context.Context, tenantID, aggregateType, aggregateID string) (bool, error) {
+	return c.inbox.Release(ctx, tenantID, aggregateType, aggregateID)
+}
+
 // Group returns the consumer group.
 func (c *Consumer) Group() string { return c.cfg.Group }
 
@@ -543,9 +561,23 @@ func (c *Consumer) retry(h message.HandlerFunc) message.HandlerFunc {
 		start := time.Now()
 		delay := c.cfg.RetryInitialInterval
 		failures := 0
+		holds := c.cfg.HoldBack && c.cfg.Partitions > 0
 		for {
-			out, err := c.attempt(ctx, msg, h)
+			var out []*message.Message
+			held, err := false, error(nil)
+			if holds {
+				held, err = c.inbox.CheckHold(ctx, msg)
+			}
 			if err == nil {
+				out, err = c.attempt(ctx, msg, h)
+			}
+			if err == nil {
+				if held {
+					if err := c.inbox.Unhold(ctx, msg); err != nil {
+						c.cfg.Logger.Error("consumer: applied the message its aggregate was held behind, but could not lift the hold; "+
+							"a redelivery of it lifts it", "group", c.cfg.Group, "message_id", msg.UUID, "err", err)
+					}
+				}
 				return out, nil
 			}
 			if ctx.Err() != nil && !errors.Is(err, context.Canceled) {
@@ -562,6 +594,8 @@ func (c *Consumer) retry(h message.HandlerFunc) message.HandlerFunc {
 				cause = CauseDecode
 			case IsPermanent(err):
 				cause = CausePermanent
+			case errors.Is(err, inbox.ErrHeld):
+				cause = CauseHeld
 			case errors.Is(err, inbox.ErrGap):
 				if waited >= c.cfg.GapTimeout {
 					cause = CauseGap
@@ -572,6 +606,16 @@ func (c *Consumer) retry(h message.HandlerFunc) message.HandlerFunc {
 			default:
 				if failures++; failures > c.cfg.MaxRetries {
 					cause = CauseFailed
+				}
+			}
+			if holds && cause != "" && cause != CauseHeld {
+				// Hold the aggregate before its event leaves; if the hold
+				// cannot be written, keep the event rather than let later
+				// ones overtake it.
+				if herr := c.inbox.Hold(ctx, msg); herr != nil {
+					c.cfg.Logger.Warn("consumer: cannot hold the aggregate back; keeping the message", "group", c.cfg.Group,
+						"message_id", msg.UUID, "err", herr)
+					cause = ""
 				}
 			}
 			if cause != "" {

@@ -394,7 +394,9 @@ func TestStoppingConsumerDoesNotDeadLetter(t *testing.T) {
 	forEachHarness(t, func(t *testing.T, h *harness) {
 		s := newSuite(t, h)
 		entered := make(chan struct{}, 1)
-		first := s.newConsumer(t, s.config())
+		cfg := s.config()
+		cfg.CloseTimeout = time.Second // the handler only returns once cancelled
+		first := s.newConsumer(t, cfg)
 		require.NoError(t, consumer.Handle(first, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
 			entered <- struct{}{}
 			<-ctx.Done() // shutting down mid-handler
