@@ -258,9 +258,8 @@ func (c *Config) validate() (Config, error) {
 	}
 	if out.DeliveryLimit < 0 {
 		errs = append(errs, fmt.Errorf("DeliveryLimit: %d is negative", out.DeliveryLimit))
-	} else if out.DeliveryLimit == 0 {
-		out.DeliveryLimit = DefaultDeliveryLimit
 	}
+	out.DeliveryLimit = deliveryLimit(out.DeliveryLimit)
 	if out.TakeoverTime < 0 {
 		errs = append(errs, fmt.Errorf("TakeoverTime: %v is negative", out.TakeoverTime))
 	} else if out.TakeoverTime == 0 {
@@ -283,6 +282,14 @@ func (c *Config) validate() (Config, error) {
 		return out, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return out, nil
+}
+
+// deliveryLimit returns the delivery limit a Config's DeliveryLimit n means.
+func deliveryLimit(n int) int {
+	if n == 0 {
+		return DefaultDeliveryLimit
+	}
+	return n
 }
 
 // orDefault returns def for a zero d, 0 for a negative one (none), else d.
@@ -460,12 +467,8 @@ func NewAMQP(ctx context.Context, db *gorm.DB, amqpCfg *messaging.AMQPConfig, cf
 // event types the group handles as Patterns (this leaves Patterns empty).
 // cfg's zero fields take their defaults.
 func PartitionSpec(exchange string, cfg *Config) messaging.PartitionSpec {
-	limit := cfg.DeliveryLimit
-	if limit == 0 {
-		limit = DefaultDeliveryLimit
-	}
 	return messaging.PartitionSpec{
-		Group: cfg.Group, Count: cfg.Partitions, QueueType: cfg.QueueType, DeliveryLimit: limit,
+		Group: cfg.Group, Count: cfg.Partitions, QueueType: cfg.QueueType, DeliveryLimit: deliveryLimit(cfg.DeliveryLimit),
 		DeadExchange: exchange + ".dead", DeadKey: DeadLetterTopic(cfg.Group),
 	}
 }

@@ -2,16 +2,14 @@ package consumer
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 
 	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/internal/dialect"
+	"github.com/bentoevents/bento/internal/instance"
 )
 
 // ErrPartitionMismatch is returned by Run when another live instance of the
@@ -39,16 +37,8 @@ func newMembers(db *gorm.DB, group string, partitions int) (*members, error) {
 	if d == dialect.SQLite {
 		now = `CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)`
 	}
-	return &members{db: db, now: now, group: group, id: memberID(), partitions: partitions}, nil
-}
-
-// memberID names this instance: host, process and a random suffix, so two
-// consumers of a group in one process are two members.
-func memberID() string {
-	host, _ := os.Hostname()
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
+	// Two consumers of a group in one process are two members.
+	return &members{db: db, now: now, group: group, id: instance.ID(), partitions: partitions}, nil
 }
 
 // beat renews this member's row for ttlMillis, forgets expired members and

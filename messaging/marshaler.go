@@ -32,18 +32,12 @@ var defaultMarshaler = wamqp.DefaultMarshaler{
 		p.ContentType = "application/json"
 		// Partition queues' hash exchange drops a message without a
 		// partition key: give every message bento publishes one.
-		if k, _ := p.Headers[MetaPartitionKey].(string); k == "" {
-			p.Headers[MetaPartitionKey] = partitionKey(p.MessageId, str(p.Headers[MetaTenantID]),
-				str(p.Headers[MetaAggregateType]), str(p.Headers[MetaAggregateID]))
+		if k, _ := headerString(p.Headers[MetaPartitionKey]); k == "" {
+			get := func(key string) string { s, _ := headerString(p.Headers[key]); return s }
+			p.Headers[MetaPartitionKey] = partitionKey(p.MessageId, get(MetaTenantID), get(MetaAggregateType), get(MetaAggregateID))
 		}
 		return p
 	},
-}
-
-// str returns v if it is a string, else "".
-func str(v any) string {
-	s, _ := v.(string)
-	return s
 }
 
 // Marshal implements wamqp.Marshaler.

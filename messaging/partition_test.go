@@ -94,28 +94,39 @@ func TestMemoryBusPartitionHasOneActiveConsumer(t *testing.T) {
 	t.Parallel()
 	b := newBus(t)
 	require.NoError(t, b.DeclarePartitions("billing", 1, "order.*"))
-	q := messaging.PartitionQueue("billing", 0)
+	sub := b.PartitionSubscriber()
+	checkHandover(t, b, messaging.PartitionQueue("billing", 0), sub, sub)
+}
+
+// checkHandover subscribes first, then second, to partition queue q,
+// publishes three events of one aggregate, and checks that only first
+// receives while it is there, and that when it goes away holding the second
+// event, second receives that event first, then the third.
+func checkHandover(t *testing.T, pub message.Publisher, q string, first, second message.Subscriber) {
+	t.Helper()
 	ctx1, stop1 := context.WithCancel(t.Context())
-	first, err := b.Subscriber(q).Subscribe(ctx1, "")
+	defer stop1()
+	active, err := first.Subscribe(ctx1, q)
 	require.NoError(t, err)
-	second := subscribe(t, b.Subscriber(q))
+	standby, err := second.Subscribe(t.Context(), q)
+	require.NoError(t, err)
 	for i := range 3 {
-		require.NoError(t, b.Publish("order.placed", aggMsg("a", i)))
+		require.NoError(t, pub.Publish("order.placed", aggMsg("a", i)))
 	}
-	m := receive(t, first)
-	assert.Equal(t, "a-000", m.UUID)
+	m := receive(t, active)
+	require.Equal(t, "a-000", m.UUID)
 	m.Ack()
-	held := receive(t, first)
-	assert.Equal(t, "a-001", held.UUID)
+	held := receive(t, active)
+	require.Equal(t, "a-001", held.UUID)
 	select {
-	case m := <-second:
+	case m := <-standby:
 		t.Fatalf("the standby consumer received %s while the active one is there", m.UUID)
-	case <-time.After(200 * time.Millisecond):
+	case <-time.After(300 * time.Millisecond):
 	}
 	stop1() // the active consumer goes away and gives a-001 back
 	held.Nack()
 	for _, want := range []string{"a-001", "a-002"} {
-		m := receive(t, second)
+		m := receive(t, standby)
 		assert.Equal(t, want, m.UUID, "the next consumer takes over, the unacked message first")
 		m.Ack()
 	}
@@ -165,40 +176,14 @@ func TestAMQPPartitionSingleActiveConsumerHandsOver(t *testing.T) {
 	t.Parallel()
 	r := setupRabbit(t)
 	spec := r.partitions("billing", 1)
-	q := messaging.PartitionQueue(spec.Group, 0)
-	subs := make([]message.Subscriber, 2)
+	subs := make([]message.Subscriber, 2) // one connection each, as two processes
 	for i := range subs {
 		s, err := messaging.NewPartitionSubscriber(ctxTimeout(t), r.cfg, spec)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = s.Close() })
 		subs[i] = s
 	}
-	ctx1, stop1 := context.WithCancel(t.Context())
-	first, err := subs[0].Subscribe(ctx1, q)
-	require.NoError(t, err)
-	pub := r.publisher()
-	for i := range 3 {
-		require.NoError(t, pub.Publish("order.placed", aggMsg("a", i)))
-	}
-	m := receive(t, first)
-	require.Equal(t, "a-000", m.UUID)
-	m.Ack()
-	held := receive(t, first)
-	require.Equal(t, "a-001", held.UUID)
-	second, err := subs[1].Subscribe(t.Context(), q)
-	require.NoError(t, err)
-	select {
-	case m := <-second:
-		t.Fatalf("the standby consumer received %s while the active one is there", m.UUID)
-	case <-time.After(300 * time.Millisecond):
-	}
-	stop1() // the active consumer goes away and gives a-001 back
-	held.Nack()
-	for _, want := range []string{"a-001", "a-002"} {
-		m := receive(t, second)
-		assert.Equal(t, want, m.UUID, "the next consumer takes over, the unacked message first")
-		m.Ack()
-	}
+	checkHandover(t, r.publisher(), messaging.PartitionQueue(spec.Group, 0), subs[0], subs[1])
 }
 
 func TestAMQPQuorumPartitionDeadLettersPastTheDeliveryLimit(t *testing.T) {

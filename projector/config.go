@@ -4,14 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/bentoevents/bento/aggregate"
+	"github.com/bentoevents/bento/internal/instance"
 	"github.com/bentoevents/bento/tenant"
 )
 
@@ -165,8 +164,7 @@ func (c *Config) validate() (Config, error) {
 		errs = append(errs, fmt.Errorf("WorkerID: longer than 128 characters"))
 	}
 	if out.WorkerID == "" {
-		host, _ := os.Hostname()
-		out.WorkerID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), aggregate.NewID()[20:])
+		out.WorkerID = instance.ID()
 	}
 	if out.Logger == nil {
 		out.Logger = slog.Default()

@@ -1,11 +1,12 @@
 package testenv
 
 import (
-	"strconv"
 	"sync"
 	"testing"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/bentoevents/bento/messaging"
 )
 
 // Exchange is a fresh, uniquely named exchange ("bt.<random>") on the test
@@ -45,7 +46,7 @@ func (e *Exchange) Partitioned(group string, n int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for p := range n {
-		e.queues = append(e.queues, group+".p"+strconv.Itoa(p))
+		e.queues = append(e.queues, messaging.PartitionQueue(group, p))
 	}
 	e.queues = append(e.queues, group+".dead")
 	e.exchanges = append(e.exchanges, e.Name+".hash."+group)
