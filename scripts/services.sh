@@ -33,16 +33,42 @@ if [[ -z "${BENTO_TEST_POSTGRES_DSN:-}" ]]; then
 	log "PostgreSQL ready on 127.0.0.1:5432"
 fi
 
+# amqp_answers: the broker on 5672 answers an AMQP 0-9-1 protocol header
+# with a frame (Connection.Start) within 10 s. An open port alone is not
+# enough: a broker that has wedged still accepts TCP connections.
+amqp_answers() {
+	[[ "$(timeout 10 bash -c 'exec 3<>/dev/tcp/127.0.0.1/5672; printf "AMQP\x00\x00\x09\x01" >&3; head -c 1 <&3 | od -An -tx1' 2>/dev/null | tr -d ' ')" == 01 ]]
+}
+
+# rabbitmq_ready: answers AMQP and, through the CLI (bounded, as the CLI
+# itself hangs on a wedged node), has the consistent-hash exchange enabled.
+# Partitioned consumers need that plugin, shipped with RabbitMQ but not
+# enabled by default; enabling is idempotent and needs no restart.
+rabbitmq_ready() {
+	amqp_answers &&
+		timeout 60 rabbitmqctl -q await_startup >/dev/null 2>&1 &&
+		timeout 60 rabbitmq-plugins enable --quiet rabbitmq_consistent_hash_exchange >/dev/null 2>&1
+}
+
 if [[ -z "${BENTO_TEST_AMQP_URL:-}" ]]; then
 	if ! port_open 5672; then
 		log "starting RabbitMQ"
 		rabbitmq-server -detached
 	fi
 	wait_for RabbitMQ 5672 180
-	# Partitioned consumers need the consistent-hash exchange, shipped with
-	# RabbitMQ but not enabled by default. Enabling is idempotent and needs
-	# no restart.
-	rabbitmq-plugins enable --quiet rabbitmq_consistent_hash_exchange >/dev/null
+	if ! rabbitmq_ready; then
+		log "RabbitMQ on 127.0.0.1:5672 does not answer; restarting it"
+		timeout 30 rabbitmqctl -q stop >/dev/null 2>&1 || true
+		pkill -KILL -u rabbitmq -f beam.smp 2>/dev/null || true
+		for ((i = 0; i < 30; i++)); do port_open 5672 || break; sleep 1; done
+		rabbitmq-server -detached
+		wait_for RabbitMQ 5672 180
+		for ((i = 0; i < 12; i++)); do rabbitmq_ready && break; sleep 5; done
+		if ! rabbitmq_ready; then
+			log "RabbitMQ did not become ready after a restart"
+			exit 1
+		fi
+	fi
 	log "RabbitMQ ready on 127.0.0.1:5672"
 fi
 
