@@ -41,8 +41,14 @@ var consumeHandlers = []string{"noop", "write"}
 // consumeModes are the ways each handler is run: "inbox" is
 // consumer.NewAMQP, "plain" the same handler on a Watermill router
 // without the inbox, "direct" the inbox middleware called in a loop
-// without any broker (what the inbox's transaction costs alone).
-var consumeModes = []string{"inbox", "plain", "direct"}
+// without any broker (what the inbox's transaction costs alone),
+// "batched" consumer.NewAMQP on n partitions applying up to
+// consumeBatchSize messages per transaction, "bare" the limit: a batched
+// exactly-once loop on amqp091 and pgx (see runBareConsume).
+var consumeModes = []string{"inbox", "plain", "direct", "batched", "bare"}
+
+// consumeBatchSize is the batched mode's consumer.Config.BatchSize.
+const consumeBatchSize = 100
 
 // directMax caps the messages of the "direct" mode, which is there to
 // take the broker out of the picture, not to be timed at length.
@@ -198,6 +204,15 @@ func (b *consumeBed) fill(ctx context.Context, cfg *messaging.AMQPConfig, group 
 	if err := messaging.DeclareQueue(ctx, cfg, group, topic); err != nil {
 		return err
 	}
+	if err := b.publishAll(ctx, cfg); err != nil {
+		return err
+	}
+	_, err := b.e.waitDepth(ctx, group, len(b.msgs), time.Minute)
+	return err
+}
+
+// publishAll publishes every message with confirms.
+func (b *consumeBed) publishAll(ctx context.Context, cfg *messaging.AMQPConfig) error {
 	pub, err := messaging.NewConfirmPublisher(cfg)
 	if err != nil {
 		return err
@@ -209,8 +224,39 @@ func (b *consumeBed) fill(ctx context.Context, cfg *messaging.AMQPConfig, group 
 			return fmt.Errorf("publish: %w", err)
 		}
 	}
-	_, err = b.e.waitDepth(ctx, group, len(b.msgs), time.Minute)
-	return err
+	return nil
+}
+
+// fillPartitions declares n partitions of group (the batched mode's
+// topology) and publishes every message, then waits until the partition
+// queues hold them all.
+func (b *consumeBed) fillPartitions(ctx context.Context, cfg *messaging.AMQPConfig, group string, n int) error {
+	spec := consumer.PartitionSpec(cfg.Exchange, &consumer.Config{Group: group, Partitions: n})
+	spec.Patterns = []string{topic}
+	if err := messaging.DeclarePartitions(ctx, cfg, spec); err != nil {
+		return err
+	}
+	if err := b.publishAll(ctx, cfg); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		total := 0
+		for p := range n {
+			d, err := b.e.waitDepth(ctx, messaging.PartitionQueue(group, p), 0, time.Second)
+			if err != nil {
+				return err
+			}
+			total += d
+		}
+		if total >= len(b.msgs) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the partitions of %s hold %d messages, want %d", group, total, len(b.msgs))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // runConsume measures one handler in one mode with n competing consumers
@@ -249,8 +295,21 @@ func runConsume(ctx context.Context, b *consumeBed, handler, mode string, n int)
 		return r, b.check(ctx, handler, mode, group, r.Messages)
 	}
 	cfg := &messaging.AMQPConfig{URL: b.e.amqpURL, Exchange: names.Exchange, Logger: b.e.log}
-	if err := b.fill(ctx, cfg, group); err != nil {
+	if mode == "batched" {
+		if err := b.fillPartitions(ctx, cfg, group, n); err != nil {
+			return r, err
+		}
+		defer b.e.deletePartitions(names.Exchange, group, n)
+	} else if err := b.fill(ctx, cfg, group); err != nil {
 		return r, err
+	}
+
+	if mode == "bare" {
+		if err := runBareConsume(ctx, b, group, handler, n, c); err != nil {
+			return r, err
+		}
+		r.Seconds, r.Rate = c.rate()
+		return r, b.check(ctx, handler, mode, group, r.Messages)
 	}
 
 	cctx, cancel := context.WithCancel(ctx)
@@ -263,6 +322,18 @@ func runConsume(ctx context.Context, b *consumeBed, handler, mode string, n int)
 		// n competing subscriptions on the group's one queue, as measured
 		// before partitions existed, so the figures stay comparable.
 		cc.Partitions = 0
+		cons, err := consumer.NewAMQP(ctx, db, cfg, cc)
+		if err != nil {
+			return r, err
+		}
+		if err := consumer.Handle(cons, fn); err != nil {
+			return r, err
+		}
+		runs = append(runs, cons.Run)
+	case "batched":
+		cc := consumer.DefaultConfig(group)
+		cc.CloseTimeout, cc.Logger = 10*time.Second, b.e.log
+		cc.Partitions, cc.BatchSize = n, consumeBatchSize
 		cons, err := consumer.NewAMQP(ctx, db, cfg, cc)
 		if err != nil {
 			return r, err
@@ -306,7 +377,7 @@ func runConsume(ctx context.Context, b *consumeBed, handler, mode string, n int)
 	case <-ctx.Done():
 		waitErr = ctx.Err()
 	}
-	if waitErr == nil && mode == "inbox" {
+	if waitErr == nil && (mode == "inbox" || mode == "batched") {
 		// The last handler has returned, but its transaction may still be
 		// committing under the message's context: let it finish, or
 		// cancelling now would roll it back.

@@ -17,6 +17,8 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/bentoevents/bento/messaging"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -166,6 +168,21 @@ func (e *env) deleteTopology(n amqpNames) error {
 		del("exchange "+x, func(ch *amqp.Channel) error { return ch.ExchangeDelete(x, false, false) })
 	}
 	return errors.Join(errs...)
+}
+
+// deletePartitions deletes the partition queues of group and its
+// consistent-hash exchange on exchange, logging what it could not delete.
+func (e *env) deletePartitions(exchange, group string, n int) {
+	for p := range n {
+		q := messaging.PartitionQueue(group, p)
+		if err := e.withChannel(func(ch *amqp.Channel) error { _, err := ch.QueueDelete(q, false, false, false); return err }); err != nil {
+			e.log.Warn("cleanup", "queue", q, "err", err)
+		}
+	}
+	x := exchange + ".hash." + group
+	if err := e.withChannel(func(ch *amqp.Channel) error { return ch.ExchangeDelete(x, false, false) }); err != nil {
+		e.log.Warn("cleanup", "exchange", x, "err", err)
+	}
 }
 
 // queueDepth returns how many messages the queue holds.

@@ -2,6 +2,8 @@ package console_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,9 +22,14 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
+	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/console"
+	"github.com/bentoevents/bento/consumer"
+	"github.com/bentoevents/bento/inbox"
 	"github.com/bentoevents/bento/internal/testenv"
+	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/uow"
 )
 
 // These tests drive the console in a real headless Chromium. They skip when
@@ -64,13 +72,19 @@ var browserSlots = make(chan struct{}, 1)
 // saved as a screenshot first.
 func browser(t *testing.T) context.Context {
 	t.Helper()
+	return browserWith(t)
+}
+
+// browserWith is browser with Chromium started with extra options.
+func browserWith(t *testing.T, extra ...chromedp.ExecAllocatorOption) context.Context {
+	t.Helper()
 	exe := chromiumPath(t)
 	browserSlots <- struct{}{}
 	t.Cleanup(func() { <-browserSlots })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	actx, acancel := chromedp.NewExecAllocator(ctx,
+	actx, acancel := chromedp.NewExecAllocator(ctx, append([]chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(exe),
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.Flag("headless", true),
@@ -86,7 +100,7 @@ func browser(t *testing.T) context.Context {
 		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.Flag("no-proxy-server", true),
 		chromedp.WindowSize(1280, 900),
-	)
+	}, extra...)...)
 	t.Cleanup(acancel)
 	tab, tcancel := chromedp.NewContext(actx, chromedp.WithErrorf(func(format string, args ...any) {
 		t.Logf("chromedp: "+format, args...)
@@ -307,6 +321,34 @@ func TestBrowserForgedPostIsRefused(t *testing.T) {
 	})
 }
 
+// TestBrowserDNSRebindingIsRefused: a page of another site whose name has
+// been pointed at the console's address (DNS rebinding, played with
+// Chromium's host resolver rules) gets nothing of the console: the console
+// refuses the foreign Host with 421, so the attacker's same-origin requests
+// never reach a page, a cookie or a form, where the CSRF defences would
+// pass. The console by its own address works in the same browser.
+func TestBrowserDNSRebindingIsRefused(t *testing.T) {
+	t.Parallel()
+	browserBackends(t, func(t *testing.T, db *gorm.DB) {
+		e := setup(t, db, nil)
+		tab := browserWith(t, chromedp.Flag("host-resolver-rules", "MAP rebind.attacker.test 127.0.0.1"))
+		port := strings.TrimPrefix(e.srv.URL, "http://127.0.0.1:")
+		ctx, cancel := context.WithTimeout(tab, 20*time.Second)
+		defer cancel()
+		res, err := chromedp.RunResponse(ctx, chromedp.Navigate("http://rebind.attacker.test:"+port+e.prefix+"/dead"))
+		require.NoError(t, err)
+		assert.EqualValues(t, 421, res.Status)
+		assert.Contains(t, eval[string](t, tab, `document.body.innerText`), "does not answer to the host")
+		assert.Zero(t, eval[int](t, tab, `document.querySelectorAll("form").length`), "no form, no token")
+		assert.Empty(t, eval[string](t, tab, `document.cookie`), "no CSRF cookie")
+
+		res, err = chromedp.RunResponse(ctx, chromedp.Navigate(e.url("/dead")))
+		require.NoError(t, err)
+		assert.EqualValues(t, 200, res.Status)
+		assert.Positive(t, eval[int](t, tab, `document.querySelectorAll("form").length`))
+	})
+}
+
 func TestBrowserReadOnlyHasNoButtons(t *testing.T) {
 	t.Parallel()
 	browserBackends(t, func(t *testing.T, db *gorm.DB) {
@@ -331,4 +373,103 @@ func TestBrowserReadOnlyHasNoButtons(t *testing.T) {
 		assert.Contains(t, text(t, tab, "error-message"), "read-only")
 		assert.Equal(t, outbox.StatusDead, e.status(t, "b"))
 	})
+}
+
+// skuOrdered is the event of the consumer dead-letter browser test.
+type skuOrdered struct {
+	SKU string `json:"sku"`
+}
+
+func (skuOrdered) EventType() string { return "sku.ordered" }
+
+// consumerApplied is what that test's consumer writes per applied event.
+type consumerApplied struct {
+	MessageID string `gorm:"primaryKey"`
+}
+
+// TestBrowserConsumerDeadLetters: a consumer group's handler fails for good
+// on two events, which land in its dead letters. In Chromium the operator
+// finds the group and its dead letters with their cause, opens one (its
+// error shown, its payload hidden), replays it after the fix, and it is
+// applied exactly once; the other is discarded after ticking the
+// confirmation, and is never applied.
+func TestBrowserConsumerDeadLetters(t *testing.T) {
+	t.Parallel()
+	db, _ := testenv.Postgres(t)
+	ctx := context.Background()
+	require.NoError(t, inbox.Migrate(ctx, db))
+	require.NoError(t, db.AutoMigrate(&consumerApplied{}))
+	ex := testenv.NewExchange(t)
+	group := "ui" + strings.ToLower(aggregate.NewID()[18:])
+	ex.Queues(consumer.DeadLetterQueue(group))
+	ex.Partitioned(group, 2)
+	amqpCfg := &messaging.AMQPConfig{URL: ex.URL, Exchange: ex.Name}
+	ccfg := consumer.DefaultConfig(group)
+	ccfg.Partitions, ccfg.HoldBack = 2, false
+	c, err := consumer.NewAMQP(ctx, db, amqpCfg, ccfg)
+	require.NoError(t, err)
+	var fixed atomic.Bool
+	require.NoError(t, consumer.Handle(c, func(ctx context.Context, e skuOrdered, env *messaging.Envelope) error {
+		if !fixed.Load() {
+			return consumer.Permanent(errors.New("unknown sku " + e.SKU))
+		}
+		return uow.DB(ctx, nil).Create(&consumerApplied{MessageID: env.ID}).Error
+	}))
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-done })
+	<-c.Running()
+	pub, err := messaging.NewAMQPPublisher(amqpCfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	var ids []string
+	for i, sku := range []string{"kiwi", "fig"} {
+		body, _ := json.Marshal(skuOrdered{SKU: sku})
+		m, err := messaging.NewMessage(&outbox.Message{ID: aggregate.NewID(), TenantID: "default", Topic: "sku.ordered",
+			AggregateType: "sku", AggregateID: sku, AggregateVersion: int64(i + 1), SchemaVersion: 1, Payload: body,
+			OccurredAt: time.Now().UTC()})
+		require.NoError(t, err)
+		require.NoError(t, pub.Publish("sku.ordered", m))
+		ids = append(ids, m.UUID)
+	}
+	require.Eventually(t, func() bool {
+		dead, err := consumer.ListDeadLetters(ctx, amqpCfg, group, consumer.DeadFilter{}, 10)
+		return err == nil && len(dead) == 2
+	}, 30*time.Second, 100*time.Millisecond)
+
+	e := setup(t, db, &console.Config{Consumers: &console.Consumers{AMQP: amqpCfg, Groups: []string{group}}})
+	tab := browser(t)
+	step(t, tab, "open the consumer groups", chromedp.Navigate(e.url("/consumers")), chromedp.WaitVisible(chromedp.ID("consumer-groups")))
+	assert.Equal(t, "2", eval[string](t, tab, fmt.Sprintf(`document.querySelector('tr[data-group=%q] td.num').textContent`, group)))
+	step(t, tab, "open the group", chromedp.Click(chromedp.CSS(fmt.Sprintf(`tr[data-group=%q] a`, group))),
+		chromedp.WaitVisible(chromedp.ID("group-dead-letters")))
+	assert.Equal(t, "permanent", eval[string](t, tab, fmt.Sprintf(`document.querySelector('tr[data-id=%q] td[data-field=cause]').textContent`, ids[0])))
+	step(t, tab, "open the first dead letter", chromedp.Click(chromedp.CSS(fmt.Sprintf(`tr[data-id=%q] a`, ids[0]))),
+		chromedp.WaitVisible(chromedp.ID("message-id")))
+	assert.Contains(t, text(t, tab, "dead-error"), "unknown sku kiwi")
+	assert.Contains(t, text(t, tab, "payload-hidden"), "hidden")
+	assert.NotContains(t, eval[string](t, tab, `document.body.innerText`), `"sku"`, "no payload on the page")
+
+	fixed.Store(true)
+	step(t, tab, "replay it", chromedp.Click(chromedp.CSS(`button[data-action="replay"]`)), chromedp.WaitVisible(chromedp.ID("flash")))
+	assert.Contains(t, text(t, tab, "flash"), "Replayed 1")
+	countApplied := func() int64 {
+		var n int64
+		require.NoError(t, db.Model(&consumerApplied{}).Count(&n).Error)
+		return n
+	}
+	require.Eventually(t, func() bool { return countApplied() == 1 }, 20*time.Second, 50*time.Millisecond, "the replay applied")
+
+	step(t, tab, "open the other", chromedp.Click(chromedp.CSS(fmt.Sprintf(`tr[data-id=%q] a`, ids[1]))),
+		chromedp.WaitVisible(chromedp.ID("message-id")))
+	step(t, tab, "discard it after confirming", chromedp.Click(chromedp.CSS(`#discard input[name="confirm"]`)),
+		chromedp.Click(chromedp.CSS(`button[data-action="discard"]`)), chromedp.WaitVisible(chromedp.ID("flash")))
+	assert.Contains(t, text(t, tab, "flash"), "Discarded 1")
+	assert.Equal(t, "0", text(t, tab, "group-dead-total"))
+	left, err := consumer.ListDeadLetters(ctx, amqpCfg, group, consumer.DeadFilter{}, 10)
+	require.NoError(t, err)
+	assert.Empty(t, left)
+	time.Sleep(300 * time.Millisecond)
+	assert.Equal(t, int64(1), countApplied(), "applied once; the discarded one never")
 }

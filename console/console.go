@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
 	"github.com/bentoevents/bento/tenant"
 )
@@ -53,6 +56,24 @@ type Config struct {
 	// by one are refused by the others. Defaults to 32 random bytes, made
 	// when New is called.
 	Secret []byte
+	// AllowedHosts are the names the console answers to in a request's
+	// Host header: a name ("console.internal", any port) or a name and port
+	// ("console.internal:8080"); "*" allows any. Any other Host gets 421,
+	// so that a page on another site cannot reach the console through DNS
+	// rebinding (its name pointed at the console's address), where the
+	// request is same-origin and the CSRF defences pass. localhost,
+	// 127.0.0.1 and ::1 are always allowed. Add the names operators use to
+	// reach the console (the bento console command adds the host of its
+	// --addr). Defaults to those loopback names only.
+	AllowedHosts []string
+	// Consumers, when set, adds pages for the dead letters of consumer
+	// groups on RabbitMQ, with Replay and Discard. Defaults to none.
+	Consumers *Consumers
+	// Unroutable, when set, adds a page for the events parked in the
+	// unroutable queue of this broker's exchange (published while no queue
+	// was bound for their type), with a Replay per event type. Defaults to
+	// none.
+	Unroutable *messaging.AMQPConfig
 	// Logger receives a record of every requeue and discard and of the
 	// errors shown as 500 pages. Defaults to slog.Default().
 	Logger *slog.Logger
@@ -62,6 +83,12 @@ type Config struct {
 func (c *Config) Copy() *Config {
 	cp := *c
 	cp.Secret = append([]byte(nil), c.Secret...)
+	cp.AllowedHosts = slices.Clone(c.AllowedHosts)
+	if c.Consumers != nil {
+		cs := *c.Consumers
+		cs.Groups = slices.Clone(cs.Groups)
+		cp.Consumers = &cs
+	}
 	return &cp
 }
 
@@ -101,6 +128,14 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.Logger == nil {
 		out.Logger = slog.Default()
+	}
+	if cs := out.Consumers; cs != nil && (cs.AMQP == nil || len(cs.Groups) == 0) {
+		errs = append(errs, errors.New("Consumers: AMQP and Groups are required"))
+	}
+	for i, h := range out.AllowedHosts {
+		if h == "" || strings.ContainsAny(h, "/ \t") {
+			errs = append(errs, fmt.Errorf("AllowedHosts[%d]: %q is not a host name or host:port", i, h))
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return out, fmt.Errorf("console: invalid config: %w", err)
@@ -146,6 +181,13 @@ func (c *Console) routes() {
 	c.mux.HandleFunc("POST /dead/{id}/requeue", c.mutation(c.requeueOne))
 	c.mux.HandleFunc("POST /dead/{id}/discard", c.mutation(c.discardOne))
 	c.mux.HandleFunc("POST /dead/requeue", c.mutation(c.requeueTopic))
+	c.mux.HandleFunc("GET /consumers", c.consumerGroups)
+	c.mux.HandleFunc("GET /consumers/{group}", c.groupDead)
+	c.mux.HandleFunc("GET /consumers/{group}/{id}", c.groupDeadDetail)
+	c.mux.HandleFunc("POST /consumers/{group}/{id}/replay", c.mutation(c.groupDeadAct("replay")))
+	c.mux.HandleFunc("POST /consumers/{group}/{id}/discard", c.mutation(c.groupDeadAct("discard")))
+	c.mux.HandleFunc("GET /unroutable", c.unroutableList)
+	c.mux.HandleFunc("POST /unroutable/replay", c.mutation(c.unroutableReplay))
 	c.mux.HandleFunc("GET /static/", c.static)
 	c.mux.HandleFunc("/", c.notFound)
 }
@@ -160,6 +202,13 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Cache-Control", "no-store")
+	if !c.hostAllowed(r.Host) {
+		c.cfg.Logger.Warn("console: request for a host not allowed refused", "host", r.Host, "remote", r.RemoteAddr)
+		// Plain text: nothing of the console, not even a CSRF cookie.
+		http.Error(w, fmt.Sprintf("This console does not answer to the host %q. If that is how operators reach it, "+
+			"add it to console.Config.AllowedHosts.", r.Host), http.StatusMisdirectedRequest)
+		return
+	}
 	if r.URL.Path == "" {
 		// Mounted at /console and asked for /console: send the browser to
 		// /console/ so relative links resolve under the prefix.
@@ -175,6 +224,29 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.mux.ServeHTTP(w, r)
+}
+
+// loopbackHosts are always allowed in the Host header.
+var loopbackHosts = []string{"localhost", "127.0.0.1", "::1"}
+
+// hostAllowed reports whether host, a request's Host header, names the
+// console (see Config.AllowedHosts).
+func (c *Console) hostAllowed(host string) bool {
+	name := host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		name = h
+	}
+	name = strings.ToLower(strings.TrimSuffix(strings.Trim(name, "[]"), "."))
+	if slices.Contains(loopbackHosts, name) {
+		return true
+	}
+	for _, a := range c.cfg.AllowedHosts {
+		a = strings.ToLower(a)
+		if a == "*" || a == name || a == strings.ToLower(host) {
+			return true
+		}
+	}
+	return false
 }
 
 // contentSecurityPolicy allows the console's own stylesheet and nothing

@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -8,12 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/console"
 	"github.com/bentoevents/bento/internal/testenv"
+	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
 )
 
@@ -311,7 +314,9 @@ func TestMountedUnderAnyPrefix(t *testing.T) {
 				// Without the trailing slash, relative links would miss the
 				// prefix: the console redirects to it.
 				rec := httptest.NewRecorder()
-				http.StripPrefix(prefix, e.con).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, prefix, nil))
+				req := httptest.NewRequest(http.MethodGet, prefix, nil)
+				req.Host = "localhost" // not httptest's example.com, which the console refuses
+				http.StripPrefix(prefix, e.con).ServeHTTP(rec, req)
 				require.Equal(t, http.StatusSeeOther, rec.Code)
 				assert.Equal(t, "bento/", rec.Header().Get("Location"), "relative to /ops/bento: /ops/bento/")
 			}
@@ -405,6 +410,43 @@ func TestRefreshAndTitle(t *testing.T) {
 	assert.NotContains(t, body, "http-equiv")
 }
 
+// TestHostMustBeAllowed: a request whose Host header names something else
+// than the console (what DNS rebinding produces) gets 421 and nothing of
+// the console, not even a CSRF cookie; loopback names and the configured
+// AllowedHosts pass.
+func TestHostMustBeAllowed(t *testing.T) {
+	t.Parallel()
+	db := testenv.SQLite(t)
+	e := setup(t, db, &console.Config{AllowedHosts: []string{"console.internal", "ops.example:8443"}})
+	port := strings.TrimPrefix(e.srv.URL, "http://127.0.0.1:")
+	get := func(host string) (*http.Response, string) {
+		req, err := http.NewRequest(http.MethodGet, e.url("/"), nil)
+		require.NoError(t, err)
+		req.Host = host
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		require.NoError(t, err)
+		return res, string(b)
+	}
+	for _, host := range []string{"rebind.attacker.test:" + port, "evil.test", "console.internal.attacker.test", "ops.example:80", "127.0.0.2"} {
+		res, body := get(host)
+		assert.Equal(t, http.StatusMisdirectedRequest, res.StatusCode, host)
+		assert.Empty(t, res.Header.Values("Set-Cookie"), "%s: no CSRF cookie", host)
+		assert.Contains(t, body, "AllowedHosts", host)
+		assert.NotContains(t, body, "order.paid", "%s: nothing of the outbox", host)
+	}
+	for _, host := range []string{"127.0.0.1:" + port, "localhost:" + port, "[::1]:" + port, "LOCALHOST", "console.internal:" + port, "console.internal", "ops.example:8443"} {
+		res, _ := get(host)
+		assert.Equal(t, http.StatusOK, res.StatusCode, host)
+	}
+	_, err := console.New(e.store, &console.Config{AllowedHosts: []string{"", "a b", "http://x/"}})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "AllowedHosts[0]")
+	assert.Contains(t, err.Error(), "AllowedHosts[2]")
+}
+
 func TestNewRejectsBadConfig(t *testing.T) {
 	t.Parallel()
 	db := testenv.SQLite(t)
@@ -426,4 +468,47 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	assert.Len(t, cfg.Secret, 32)
 	assert.False(t, cfg.ReadOnly)
 	assert.False(t, cfg.ShowPayloads)
+}
+
+// TestUnroutablePageListsAndReplays: an event relayed before any queue was
+// bound for its type is listed on the unroutable page by type; replaying
+// it before its group's queue exists says it came back; once the queue is
+// declared, the replay delivers it there and the page is empty.
+func TestUnroutablePageListsAndReplays(t *testing.T) {
+	t.Parallel()
+	ex := testenv.NewExchange(t)
+	amqpCfg := &messaging.AMQPConfig{URL: ex.URL, Exchange: ex.Name}
+	pub, err := messaging.NewAMQPPublisher(amqpCfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	m := message.NewMessage("late-1", []byte(`{}`))
+	m.Metadata.Set(messaging.MetaEventType, "late.event")
+	require.NoError(t, pub.Publish("late.event", m))
+	require.Eventually(t, func() bool {
+		n, err := messaging.QueueDepth(t.Context(), amqpCfg, messaging.UnroutableQueue(ex.Name))
+		return err == nil && n == 1
+	}, 10*time.Second, 20*time.Millisecond)
+
+	e := setup(t, testenv.SQLite(t), &console.Config{Unroutable: amqpCfg})
+	res, body := e.get(t, "/unroutable")
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	assert.Contains(t, body, `data-type="late.event"`)
+	assert.Contains(t, body, `data-id="late-1"`)
+	tok := e.token(t, "/unroutable")
+	res, _ = e.post(t, "/unroutable/replay", url.Values{"csrf_token": {tok}, "event_type": {"late.event"}}, nil)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	_, body = e.follow(t, res)
+	assert.Contains(t, byID(body, "flash"), "Replayed 1 event(s) of type late.event; 1 came back")
+
+	queue := "late-group-" + ex.Name
+	ex.Queues(queue)
+	require.NoError(t, messaging.DeclareQueue(t.Context(), amqpCfg, queue, "late.*"))
+	res, _ = e.post(t, "/unroutable/replay", url.Values{"csrf_token": {tok}, "event_type": {"late.event"}}, nil)
+	_, body = e.follow(t, res)
+	assert.Contains(t, byID(body, "flash"), "Replayed 1 event(s) of type late.event; 0 came back")
+	assert.Contains(t, body, `id="unroutable-empty"`)
+	require.Eventually(t, func() bool {
+		n, err := messaging.QueueDepth(t.Context(), amqpCfg, queue)
+		return err == nil && n == 1
+	}, 10*time.Second, 20*time.Millisecond)
 }

@@ -50,7 +50,7 @@ var pages = func() map[string]*template.Template {
 		},
 	}
 	out := map[string]*template.Template{}
-	for _, name := range []string{"overview", "dead", "detail", "error"} {
+	for _, name := range []string{"overview", "dead", "detail", "error", "consumers", "group", "groupdetail", "unroutable"} {
 		out[name] = template.Must(template.New("layout.html").Funcs(funcs).
 			ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html"))
 	}
@@ -61,7 +61,9 @@ var pages = func() map[string]*template.Template {
 type page struct {
 	Title      string // the console's title
 	PageTitle  string
-	Nav        string // "overview" or "dead": the active tab
+	Nav        string // "overview", "dead" or "consumers": the active tab
+	Consumers  bool   // the consumer dead-letter pages exist
+	Unroutable bool   // the unroutable page exists
 	Base       string // relative path back to the console's root
 	ReadOnly   bool
 	TenantLock string // Config.Tenant
@@ -75,7 +77,8 @@ type page struct {
 func (c *Console) newPage(w http.ResponseWriter, r *http.Request, nav, title string, data any) *page {
 	p := &page{
 		Title: c.cfg.Title, PageTitle: title, Nav: nav, Base: relBase(r.URL.Path),
-		ReadOnly: c.cfg.ReadOnly, TenantLock: c.cfg.Tenant, Data: data,
+		ReadOnly: c.cfg.ReadOnly, TenantLock: c.cfg.Tenant, Data: data, Consumers: c.cfg.Consumers != nil,
+		Unroutable: c.cfg.Unroutable != nil,
 	}
 	if !c.cfg.ReadOnly {
 		p.CSRF = c.csrfToken(w, r)

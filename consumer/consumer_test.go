@@ -288,6 +288,7 @@ func TestConsumerDeadLetters(t *testing.T) {
 		s := newSuite(t, h)
 		cfg := s.config()
 		cfg.MaxRetries = 2
+		cfg.BatchSize = 1 // attempts counted exactly: a batch's attempt would add one
 		var calls atomic.Int32
 		var mu sync.Mutex
 		perMessage := map[string]int{}

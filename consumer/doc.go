@@ -24,11 +24,21 @@
 //
 // A handler that fails is retried in place with backoff ([Config].MaxRetries,
 // RetryInitialInterval, RetryMaxInterval; transient database failures for
-// up to OutageWindow without counting), holding its partition; a message that keeps failing
-// is moved to the group's dead-letter destination, "<group>.dead", with the
-// error in its metadata ([MetaDeadReason]), and the consumer goes on. A
+// up to OutageWindow without counting), holding its partition; a message
+// that keeps failing is moved to the group's dead-letter destination,
+// "<group>.dead", with the error in its metadata ([MetaDeadReason]), and
+// the consumer goes on. A
 // message that cannot be decoded, whose event type has no handler, or
 // whose handler returned an error wrapped with [Permanent] goes there at
 // once. A consumer that stops leaves the messages in flight to be
 // redelivered, never dead-lettered.
+//
+// In a partitioned group with [Config].HoldBack (the default), a dead
+// letter holds its aggregate back: the aggregate's later events are parked
+// in the database (the inbox_parked table) while the partition moves on,
+// and they are applied in order once the dead letter is replayed and
+// applied, or the aggregate is released ([Consumer.Release]). Under
+// inbox.VersionsContiguous, an event whose predecessor has not been
+// applied waits parked the same way, and becomes a "gap" dead letter after
+// [Config].GapTimeout. [Consumer.Parked] lists what is parked.
 package consumer

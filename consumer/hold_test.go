@@ -3,9 +3,7 @@ package consumer_test
 import (
 	"context"
 	"errors"
-	"slices"
-	"strings"
-	"sync"
+	"maps"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,13 +23,20 @@ type holdSuite struct {
 	*suite
 	c      *consumer.Consumer
 	fixed  atomic.Bool
-	mu     sync.Mutex
-	seen   map[string][]int64 // aggregate -> versions applied, in order
 	broken map[int64]bool
+	// fail, when set before the consumer runs, may fail a message first.
+	fail func(env *messaging.Envelope) error
 }
 
 func newHoldSuite(t *testing.T, h *harness, cfg func(*consumer.Config), broken ...int64) *holdSuite {
-	s := &holdSuite{suite: newSuite(t, h), seen: map[string][]int64{}, broken: map[int64]bool{}}
+	return buildHoldSuite(t, h, cfg, nil, broken...)
+}
+
+// buildHoldSuite is newHoldSuite with before, when not nil, called after
+// the consumer is built and before it runs.
+func buildHoldSuite(t *testing.T, h *harness, cfg func(*consumer.Config), before func(*holdSuite, *consumer.Config),
+	broken ...int64) *holdSuite {
+	s := &holdSuite{suite: newSuite(t, h), broken: map[int64]bool{}}
 	for _, v := range broken {
 		s.broken[v] = true
 	}
@@ -44,38 +49,36 @@ func newHoldSuite(t *testing.T, h *harness, cfg func(*consumer.Config), broken .
 	s.c = s.newConsumer(t, c)
 	check := checkOrder("w")
 	require.NoError(t, consumer.Handle(s.c, func(ctx context.Context, e Step, env *messaging.Envelope) error {
+		if s.fail != nil {
+			if err := s.fail(env); err != nil {
+				return err
+			}
+		}
 		if env.AggregateID == "a000" && s.broken[env.AggregateVersion] && !s.fixed.Load() {
 			return consumer.Permanent(errors.New("the handler cannot apply this yet"))
 		}
-		if err := check(ctx, e, env); err != nil {
-			return err
-		}
-		s.mu.Lock()
-		s.seen[env.AggregateID] = append(s.seen[env.AggregateID], env.AggregateVersion)
-		s.mu.Unlock()
-		return nil
+		return check(ctx, e, env)
 	}))
+	if before != nil {
+		before(s, c)
+	}
 	run(t, s.c)
 	return s
 }
 
-func (s *holdSuite) applied(agg string) []int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]int64(nil), s.seen[agg]...)
+// applied returns the versions of agg committed, in the order they were
+// applied (rows, not calls: a batch applied again calls handlers twice).
+func (s *holdSuite) applied(t *testing.T, agg string) []int64 {
+	t.Helper()
+	var vs []int64
+	require.NoError(t, s.db.Model(&Applied{}).Where("aggregate_id = ?", agg).Order("id").Pluck("version", &vs).Error)
+	return vs
 }
 
 func (s *holdSuite) waitApplied(t *testing.T, agg string, want ...int64) {
 	t.Helper()
-	waitFor(t, 20*time.Second, "events applied", func() bool { return len(s.applied(agg)) >= len(want) })
-	assert.Equal(t, want, s.applied(agg), "versions of %s applied, in order", agg)
-}
-
-// inOrder sorts dead letters by id, which is their aggregate's version
-// order in these tests.
-func inOrder(dead []*message.Message) []*message.Message {
-	slices.SortFunc(dead, func(a, b *message.Message) int { return strings.Compare(a.UUID, b.UUID) })
-	return dead
+	waitFor(t, 20*time.Second, "events applied", func() bool { return len(s.applied(t, agg)) >= len(want) })
+	assert.Equal(t, want, s.applied(t, agg), "versions of %s applied, in order", agg)
 }
 
 // causes returns the dead letters' causes by message id.
@@ -87,10 +90,28 @@ func causes(dead []*message.Message) map[string]string {
 	return out
 }
 
+// parked returns the reasons of the suite's parked events by message id.
+func (s *holdSuite) parked(t *testing.T) map[string]string {
+	t.Helper()
+	ps, err := s.c.Parked(t.Context(), 100)
+	require.NoError(t, err)
+	out := map[string]string{}
+	for _, p := range ps {
+		out[p.MessageID] = p.Reason
+	}
+	return out
+}
+
+// waitParked waits until the suite's parked events are want.
+func (s *holdSuite) waitParked(t *testing.T, want map[string]string) {
+	t.Helper()
+	waitFor(t, 20*time.Second, "parked events", func() bool { return maps.Equal(s.parked(t), want) })
+}
+
 // TestDeadLetterHoldsBackItsAggregate: once an event of an aggregate is
-// dead-lettered, the aggregate's later events are dead-lettered as held
-// instead of being applied out of order, while other aggregates flow;
-// replaying the dead letters in order after the fix applies them in order.
+// dead-lettered, the aggregate's later events are parked instead of being
+// applied out of order, while other aggregates flow; replaying the dead
+// letter after the fix applies it and then the parked events, in order.
 func TestDeadLetterHoldsBackItsAggregate(t *testing.T) {
 	forEachHarness(t, func(t *testing.T, h *harness) {
 		s := newHoldSuite(t, h, nil, 2)
@@ -98,68 +119,98 @@ func TestDeadLetterHoldsBackItsAggregate(t *testing.T) {
 			s.publish(t, Step{}.EventType(), stepMsg(t, 0, v))
 			s.publish(t, Step{}.EventType(), stepMsg(t, 1, v))
 		}
-		dead := inOrder(s.deadLetters(t, s.group, 3))
-		assert.Equal(t, map[string]string{"a000-002": consumer.CausePermanent, "a000-003": consumer.CauseHeld,
-			"a000-004": consumer.CauseHeld}, causes(dead))
+		dead := s.deadLetters(t, s.group, 1)
+		assert.Equal(t, map[string]string{"a000-002": consumer.CausePermanent}, causes(dead))
+		s.waitParked(t, map[string]string{"a000-003": inbox.ParkedHeld, "a000-004": inbox.ParkedHeld})
 		s.waitApplied(t, "a001", 1, 2, 3, 4)
-		assert.Equal(t, []int64{1}, s.applied("a000"), "nothing after the dead letter is applied")
+		assert.Equal(t, []int64{1}, s.applied(t, "a000"), "nothing after the dead letter is applied")
 
 		s.fixed.Store(true)
-		for _, m := range dead { // the operator replays them, in order
-			s.publish(t, Step{}.EventType(), m)
-		}
+		s.publish(t, Step{}.EventType(), dead[0]) // the operator replays it
 		s.waitApplied(t, "a000", 1, 2, 3, 4)
+		assert.Empty(t, s.parked(t))
 		s.publish(t, Step{}.EventType(), stepMsg(t, 0, 5))
 		s.waitApplied(t, "a000", 1, 2, 3, 4, 5)
+		assert.Empty(t, s.deadLetters(t, s.group, 0), "no other dead letter")
 	})
 }
 
 // TestReleaseLetsAHeldAggregateFlow: the operator discards the dead letter
-// an aggregate is held behind and releases the hold; the aggregate's next
-// events are applied.
+// an aggregate is held behind and releases the hold; the event parked
+// behind it and the aggregate's next events are applied.
 func TestReleaseLetsAHeldAggregateFlow(t *testing.T) {
 	forEachHarness(t, func(t *testing.T, h *harness) {
 		s := newHoldSuite(t, h, nil, 2)
 		s.publish(t, Step{}.EventType(), stepMsg(t, 0, 1))
 		s.publish(t, Step{}.EventType(), stepMsg(t, 0, 2))
+		s.publish(t, Step{}.EventType(), stepMsg(t, 0, 3))
 		s.deadLetters(t, s.group, 1)
+		s.waitParked(t, map[string]string{"a000-003": inbox.ParkedHeld})
 		held, err := s.c.Release(t.Context(), "", "thing", "a000")
 		require.NoError(t, err)
 		assert.True(t, held)
-		s.publish(t, Step{}.EventType(), stepMsg(t, 0, 3))
 		s.waitApplied(t, "a000", 1, 3)
+		s.publish(t, Step{}.EventType(), stepMsg(t, 0, 4))
+		s.waitApplied(t, "a000", 1, 3, 4)
 		held, err = s.c.Release(t.Context(), "", "thing", "a000")
 		require.NoError(t, err)
 		assert.False(t, held, "nothing left to release")
 	})
 }
 
-// TestGapWaitsThenHoldsItsAggregate: under contiguous versions an event
-// whose predecessor never arrives waits, then is dead-lettered with the
-// cause gap after GapTimeout; the aggregate's later events are held behind
-// it; once the missing predecessor arrives, replaying the dead letters
-// applies everything in order.
-func TestGapWaitsThenHoldsItsAggregate(t *testing.T) {
+// gapSuite is a hold suite under contiguous versions, with one partition
+// so that every aggregate shares it.
+func gapSuite(t *testing.T, h *harness, gapTimeout time.Duration) *holdSuite {
+	return newHoldSuite(t, h, func(c *consumer.Config) {
+		c.Versions, c.GapTimeout, c.Partitions = inbox.VersionsContiguous, gapTimeout, 1
+	})
+}
+
+// TestGapParksItsAggregateUntilThePredecessorArrives: under contiguous
+// versions an event whose predecessor has not arrived is parked, and the
+// partition moves on to other aggregates; after GapTimeout it becomes a
+// gap dead letter; the aggregate's later events wait behind it; when the
+// missing predecessor is replayed, it and the parked events are applied in
+// order.
+func TestGapParksItsAggregateUntilThePredecessorArrives(t *testing.T) {
 	forEachHarness(t, func(t *testing.T, h *harness) {
-		const gapTimeout = 500 * time.Millisecond
-		s := newHoldSuite(t, h, func(c *consumer.Config) {
-			c.Versions, c.GapTimeout = inbox.VersionsContiguous, gapTimeout
-		})
+		const gapTimeout = time.Second
+		s := gapSuite(t, h, gapTimeout)
 		s.publish(t, Step{}.EventType(), stepMsg(t, 0, 1))
 		s.waitApplied(t, "a000", 1)
 		start := time.Now()
 		s.publish(t, Step{}.EventType(), stepMsg(t, 0, 3)) // version 2 is lost
 		s.publish(t, Step{}.EventType(), stepMsg(t, 0, 4))
-		dead := inOrder(s.deadLetters(t, s.group, 2))
-		assert.GreaterOrEqual(t, time.Since(start), gapTimeout, "the event waited for its predecessor")
-		assert.Equal(t, map[string]string{"a000-003": consumer.CauseGap, "a000-004": consumer.CauseHeld}, causes(dead))
-		assert.Equal(t, []int64{1}, s.applied("a000"))
+		s.publish(t, Step{}.EventType(), stepMsg(t, 1, 1))
+		s.waitApplied(t, "a001", 1) // the partition did not wait
+		s.waitParked(t, map[string]string{"a000-003": inbox.ParkedWaiting, "a000-004": inbox.ParkedHeld})
+		assert.Less(t, time.Since(start), gapTimeout, "the partition moved on before the gap timed out")
 
-		s.publish(t, Step{}.EventType(), stepMsg(t, 0, 2)) // the predecessor, republished
-		s.waitApplied(t, "a000", 1, 2)
-		for _, m := range dead {
-			s.publish(t, Step{}.EventType(), m)
-		}
+		s.waitParked(t, map[string]string{"a000-003": inbox.ParkedGap, "a000-004": inbox.ParkedHeld})
+		assert.GreaterOrEqual(t, time.Since(start), gapTimeout, "the event waited GapTimeout before it was given up")
+		assert.Equal(t, []int64{1}, s.applied(t, "a000"))
+
+		s.publish(t, Step{}.EventType(), stepMsg(t, 0, 2)) // the predecessor, replayed
 		s.waitApplied(t, "a000", 1, 2, 3, 4)
+		assert.Empty(t, s.parked(t))
+		assert.Empty(t, s.deadLetters(t, s.group, 0), "nothing went to the dead-letter queue")
+	})
+}
+
+// TestReleaseGivesUpAGap: releasing an aggregate whose parked events wait
+// for a version that will never arrive skips that version and applies
+// them, in order.
+func TestReleaseGivesUpAGap(t *testing.T) {
+	forEachHarness(t, func(t *testing.T, h *harness) {
+		s := gapSuite(t, h, time.Hour)
+		s.publish(t, Step{}.EventType(), stepMsg(t, 0, 1))
+		s.publish(t, Step{}.EventType(), stepMsg(t, 0, 4)) // 2 and 3 are lost
+		s.publish(t, Step{}.EventType(), stepMsg(t, 0, 5))
+		s.waitParked(t, map[string]string{"a000-004": inbox.ParkedWaiting, "a000-005": inbox.ParkedHeld})
+		released, err := s.c.Release(t.Context(), "", "thing", "a000")
+		require.NoError(t, err)
+		assert.True(t, released)
+		s.waitApplied(t, "a000", 1, 4, 5)
+		assert.Empty(t, s.parked(t))
 	})
 }

@@ -55,6 +55,9 @@ const (
 	envWorkerAMQP  = "BENTO_CONSUMER_TEST_AMQP"
 	envWorkerEx    = "BENTO_CONSUMER_TEST_EXCHANGE"
 	envWorkerGroup = "BENTO_CONSUMER_TEST_GROUP"
+	// envWorkerDelay, a duration, makes the handler wait that long per
+	// message, so that a batch takes long enough to be killed in.
+	envWorkerDelay = "BENTO_CONSUMER_TEST_DELAY"
 )
 
 const (
@@ -71,6 +74,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	consumer.SetMetricsEvery(200 * time.Millisecond)
 	os.Exit(m.Run())
 }
 
@@ -91,7 +95,12 @@ func orderWorker(name string) error {
 	if err != nil {
 		return err
 	}
-	if err := consumer.Handle(c, checkOrder(name)); err != nil {
+	check := checkOrder(name)
+	delay, _ := time.ParseDuration(os.Getenv(envWorkerDelay))
+	if err := consumer.Handle(c, func(ctx context.Context, e Step, env *messaging.Envelope) error {
+		time.Sleep(delay)
+		return check(ctx, e, env)
+	}); err != nil {
 		return err
 	}
 	return c.Run(context.Background())
@@ -176,31 +185,16 @@ func TestPartitionsKeepOrderAcrossKilledWorkersAndADatabaseOutage(t *testing.T) 
 	testenv.Stress(t)
 	const aggregates, events = 200, 50
 	outage := 60 * time.Second
-	db, dsn := testenv.Postgres(t)
-	ctx := t.Context()
-	require.NoError(t, inbox.Migrate(ctx, db))
-	require.NoError(t, outbox.Migrate(ctx, db))
-	require.NoError(t, db.AutoMigrate(&Applied{}))
-	ex := testenv.NewExchange(t)
-	group := "ordered" + strconv.FormatInt(time.Now().UnixNano()%1e6, 10)
-	ex.Partitioned(group, orderPartitions)
-	amqpCfg := &messaging.AMQPConfig{URL: ex.URL, Exchange: ex.Name, Logger: quiet}
-	ccfg := consumer.DefaultConfig(group)
-	ccfg.Partitions = orderPartitions
-	spec := consumer.PartitionSpec(ex.Name, ccfg)
-	spec.Patterns = []string{Step{}.EventType()}
-	require.NoError(t, messaging.DeclarePartitions(ctx, amqpCfg, spec))
+	b := newOrderedBed(t)
+	db, group := b.db, b.group
 
-	u, err := url.Parse(dsn)
+	u, err := url.Parse(b.dsn)
 	require.NoError(t, err, "the test DSN must be a URL")
 	proxy, err := tcpproxy.Start(u.Host)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = proxy.Close() })
 	u.Host = proxy.Addr()
-
-	w := &workers{t: t, dir: t.TempDir(), procs: map[string]*exec.Cmd{}, env: []string{
-		envWorkerDSN + "=" + u.String(), envWorkerAMQP + "=" + ex.URL, envWorkerEx + "=" + ex.Name, envWorkerGroup + "=" + group,
-	}}
+	w := b.workers(t, u.String())
 	for i := range 4 {
 		w.start(fmt.Sprintf("w%d", i))
 	}
@@ -211,14 +205,10 @@ func TestPartitionsKeepOrderAcrossKilledWorkersAndADatabaseOutage(t *testing.T) 
 	}
 	waitFor(t, 60*time.Second, "4 workers joined", func() bool { return members() == 4 })
 
-	pub, err := messaging.NewAMQPPublisher(amqpCfg)
+	pub, err := messaging.NewAMQPPublisher(b.amqp)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
-	applied := func() int64 {
-		var n int64
-		require.NoError(t, db.Model(&Applied{}).Count(&n).Error)
-		return n
-	}
+	applied := func() int64 { return b.applied(t) }
 	for v := int64(1); v <= events; v++ {
 		for a := range aggregates {
 			require.NoError(t, pub.Publish(Step{}.EventType(), stepMsg(t, a, v)))
@@ -235,27 +225,108 @@ func TestPartitionsKeepOrderAcrossKilledWorkersAndADatabaseOutage(t *testing.T) 
 		}
 	}
 	waitFor(t, outage+3*time.Minute, "every event applied", func() bool { return applied() >= aggregates*events })
-	time.Sleep(time.Second) // anything applied twice would show up now
+	b.check(t, aggregates*events)
+	var workersSeen int64
+	db.Raw(`SELECT count(DISTINCT worker) FROM applieds`).Scan(&workersSeen)
+	assert.GreaterOrEqual(t, workersSeen, int64(4), "the work was spread over the workers")
+}
 
+// orderedBed is the database and the partitioned topology of a group whose
+// instances run as worker processes (see TestMain).
+type orderedBed struct {
+	db    *gorm.DB
+	dsn   string
+	ex    *testenv.Exchange
+	group string
+	amqp  *messaging.AMQPConfig
+}
+
+func newOrderedBed(t *testing.T) *orderedBed {
+	t.Helper()
+	db, dsn := testenv.Postgres(t)
+	ctx := t.Context()
+	require.NoError(t, inbox.Migrate(ctx, db))
+	require.NoError(t, outbox.Migrate(ctx, db))
+	require.NoError(t, db.AutoMigrate(&Applied{}))
+	ex := testenv.NewExchange(t)
+	group := "ordered" + strconv.FormatInt(time.Now().UnixNano()%1e6, 10)
+	ex.Partitioned(group, orderPartitions)
+	amqpCfg := &messaging.AMQPConfig{URL: ex.URL, Exchange: ex.Name, Logger: quiet}
+	ccfg := consumer.DefaultConfig(group)
+	ccfg.Partitions = orderPartitions
+	spec := consumer.PartitionSpec(ex.Name, ccfg)
+	spec.Patterns = []string{Step{}.EventType()}
+	require.NoError(t, messaging.DeclarePartitions(ctx, amqpCfg, spec))
+	return &orderedBed{db: db, dsn: dsn, ex: ex, group: group, amqp: amqpCfg}
+}
+
+// workers returns the worker processes of the bed, reaching the database
+// at dsn, with env added to theirs.
+func (b *orderedBed) workers(t *testing.T, dsn string, env ...string) *workers {
+	return &workers{t: t, dir: t.TempDir(), procs: map[string]*exec.Cmd{}, env: append([]string{
+		envWorkerDSN + "=" + dsn, envWorkerAMQP + "=" + b.ex.URL, envWorkerEx + "=" + b.ex.Name, envWorkerGroup + "=" + b.group,
+	}, env...)}
+}
+
+// applied returns how many Steps were applied.
+func (b *orderedBed) applied(t *testing.T) int64 {
+	var n int64
+	require.NoError(t, b.db.Model(&Applied{}).Count(&n).Error)
+	return n
+}
+
+// check asserts that want events were applied, each once, every
+// aggregate's in version order, and that nothing was dead-lettered.
+func (b *orderedBed) check(t *testing.T, want int) {
+	t.Helper()
+	time.Sleep(time.Second) // anything applied twice would show up now
 	var stats struct{ Total, Distinct, OutOfOrder int64 }
-	require.NoError(t, db.Raw(`SELECT count(*) AS total,
+	require.NoError(t, b.db.Raw(`SELECT count(*) AS total,
   count(DISTINCT (aggregate_id, version)) AS distinct,
   count(*) FILTER (WHERE NOT in_order) AS out_of_order FROM applieds`).Scan(&stats).Error)
-	assert.EqualValues(t, aggregates*events, stats.Total, "applied")
-	assert.EqualValues(t, aggregates*events, stats.Distinct, "each event applied once")
+	assert.EqualValues(t, want, stats.Total, "applied")
+	assert.EqualValues(t, want, stats.Distinct, "each event applied once")
 	assert.Zero(t, stats.OutOfOrder, "events applied out of version order")
-	if !assert.Zero(t, deadDepth(t, ex.URL, group+".dead"), "dead letters") {
-		conn, _ := amqp.Dial(ex.URL)
+	if !assert.Zero(t, deadDepth(t, b.ex.URL, b.group+".dead"), "dead letters") {
+		conn, _ := amqp.Dial(b.ex.URL)
 		ch, _ := conn.Channel()
 		for range 3 {
-			d, _, _ := ch.Get(group+".dead", true)
+			d, _, _ := ch.Get(b.group+".dead", true)
 			t.Logf("dead letter %s: %v", d.MessageId, d.Headers)
 		}
 		conn.Close()
 	}
-	var workersSeen int64
-	db.Raw(`SELECT count(DISTINCT worker) FROM applieds`).Scan(&workersSeen)
-	assert.GreaterOrEqual(t, workersSeen, int64(4), "the work was spread over the workers")
+}
+
+// TestBatchesSurviveRepeatedKills: one worker process at a time applies a
+// backlog of 100 aggregates x 30 events in batches of up to 100, with a
+// handler that takes 1 ms per event, and is SIGKILLed 6 times, each time
+// in the middle of its batches, and replaced. Every event must be applied
+// exactly once, in order, and nothing dead-lettered.
+func TestBatchesSurviveRepeatedKills(t *testing.T) {
+	testenv.Stress(t)
+	const aggregates, events, kills = 100, 30, 6
+	b := newOrderedBed(t)
+	pub, err := messaging.NewAMQPPublisher(b.amqp)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	for v := int64(1); v <= events; v++ {
+		for a := range aggregates {
+			require.NoError(t, pub.Publish(Step{}.EventType(), stepMsg(t, a, v)))
+		}
+	}
+	w := b.workers(t, b.dsn, envWorkerDelay+"=1ms")
+	for i := range kills {
+		name := fmt.Sprintf("w%d", i)
+		w.start(name)
+		before := b.applied(t)
+		waitFor(t, time.Minute, "the worker applying", func() bool { return b.applied(t) > before+100 })
+		w.kill(name)
+		t.Logf("killed %s after %d of %d events were applied", name, b.applied(t), aggregates*events)
+	}
+	w.start("last")
+	waitFor(t, 3*time.Minute, "every event applied", func() bool { return b.applied(t) >= aggregates*events })
+	b.check(t, aggregates*events)
 }
 
 // deadDepth returns how many messages wait in the dead-letter queue, 0 if

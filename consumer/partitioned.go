@@ -40,7 +40,10 @@ type partitionWorker struct {
 func (c *Consumer) runPartitioned(ctx context.Context, handle message.HandlerFunc, patterns []string) error {
 	ttl, every := c.cfg.TakeoverTime*3/4, c.cfg.TakeoverTime/4
 	owned, err := c.members.beat(ctx, ttl.Milliseconds())
-	if err != nil {
+	switch {
+	case ctx.Err() != nil:
+		return nil // stopped before it started
+	case err != nil:
 		return err
 	}
 	sub, err := c.newSub(patterns)
@@ -54,6 +57,7 @@ func (c *Consumer) runPartitioned(ctx context.Context, handle message.HandlerFun
 	}
 	defer func() {
 		r.c.owned.Store(nil)
+		r.c.metrics.partitions.Set(0)
 		r.stopAll()
 		leaveCtx, cancel := context.WithTimeout(r.base, 5*time.Second)
 		defer cancel()
@@ -64,7 +68,11 @@ func (c *Consumer) runPartitioned(ctx context.Context, handle message.HandlerFun
 		_ = sub.Close()
 	}()
 	r.assign(owned)
-	close(c.running)
+	if c.cfg.HoldBack {
+		stopSweep := c.startSweeper(ctx)
+		defer stopSweep()
+	}
+	c.markRunning()
 	c.cfg.Logger.Info("consumer: partitions assigned", "group", c.cfg.Group, "member", c.members.id, "partitions", owned)
 
 	lastBeat := time.Now()
@@ -94,9 +102,11 @@ func (c *Consumer) runPartitioned(ctx context.Context, handle message.HandlerFun
 				c.cfg.Logger.Warn("consumer: membership lapsed; releasing partitions until the database answers",
 					"group", c.cfg.Group, "err", err)
 			}
+			c.lapsed.Store(true)
 			owned = nil
 		default:
 			lastBeat = time.Now()
+			c.lapsed.Store(false)
 		}
 		if !slices.Equal(owned, r.running()) {
 			c.cfg.Logger.Info("consumer: partitions reassigned", "group", c.cfg.Group, "member", c.members.id,
@@ -127,6 +137,7 @@ func (r *partitionRun) running() []int {
 // missing ones.
 func (r *partitionRun) assign(owned []int) {
 	r.c.owned.Store(&owned)
+	r.c.metrics.partitions.Set(float64(len(owned)))
 	for _, p := range r.running() {
 		if !slices.Contains(owned, p) {
 			r.release(p)
@@ -190,30 +201,134 @@ func (r *partitionRun) start(p int) {
 				if !ok {
 					return
 				}
-				r.handleOne(msg, w.stop)
+				batch := r.collect(msg, msgs)
+				if !r.handleBatch(ctx, p, batch, w.stop) {
+					// A message was given back, with those after it: end
+					// here, and the next heartbeat subscribes again, so
+					// nothing overtakes it.
+					return
+				}
 			}
 		}
 	}()
 }
 
-// handleOne runs the handler chain on msg, within the concurrency limit,
-// and acks it, or nacks it to be redelivered first.
-func (r *partitionRun) handleOne(msg *message.Message, stop <-chan struct{}) {
+// collect returns a batch that starts with first: up to BatchSize
+// messages, those already at hand or arriving within BatchWait.
+func (r *partitionRun) collect(first *message.Message, msgs <-chan *message.Message) []*message.Message {
+	batch := []*message.Message{first}
+	var wait <-chan time.Time
+	if r.c.cfg.BatchWait > 0 && r.c.cfg.BatchSize > 1 {
+		t := time.NewTimer(r.c.cfg.BatchWait)
+		defer t.Stop()
+		wait = t.C
+	}
+	for len(batch) < r.c.cfg.BatchSize {
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, m)
+			continue
+		default:
+		}
+		if wait == nil {
+			return batch
+		}
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, m)
+		case <-wait:
+			return batch
+		}
+	}
+	return batch
+}
+
+// handleBatch handles consecutive messages of partition p, within the
+// concurrency limit: as many as it can in one transaction, and the one
+// that stops a transaction, if any, on its own, with the retry rules, before
+// those after it. It reports false when it gave a message back (the
+// partition is stopping, or a dead letter could not be published).
+func (r *partitionRun) handleBatch(ctx context.Context, p int, batch []*message.Message, stop <-chan struct{}) bool {
+	for i, msg := range batch {
+		msg.SetContext(withPartition(msg.Context(), p))
+		if msg.Context().Err() != nil {
+			// Given back already (the subscription ended): so is the rest.
+			giveBack(batch[i:])
+			return false
+		}
+	}
 	if r.slots != nil {
 		select {
 		case r.slots <- struct{}{}:
 			defer func() { <-r.slots }()
 		case <-stop:
-			msg.Nack()
-			return
-		case <-msg.Context().Done():
-			msg.Nack()
-			return
+			giveBack(batch)
+			return false
+		case <-ctx.Done():
+			giveBack(batch)
+			return false
 		}
 	}
-	if _, err := r.handle(msg); err != nil {
-		msg.Nack()
-		return
+	for len(batch) > 0 {
+		n := 0
+		if len(batch) > 1 {
+			n = r.c.applyBatch(ctx, batch)
+		}
+		for _, msg := range batch[:n] {
+			msg.Ack()
+		}
+		batch = batch[n:]
+		if len(batch) == 0 {
+			return true
+		}
+		start := time.Now()
+		if _, err := r.handle(batch[0]); err != nil {
+			giveBack(batch)
+			return false
+		}
+		r.c.metrics.observe(1, start)
+		batch[0].Ack()
+		batch = batch[1:]
 	}
-	msg.Ack()
+	return true
+}
+
+// giveBack nacks msgs, giving them back to their queue in order.
+func giveBack(msgs []*message.Message) {
+	for _, m := range msgs {
+		m.Nack()
+	}
+}
+
+// startSweeper sweeps the parked events of the partitions this instance
+// owns every sweepEvery until the returned function is called (which waits
+// for the sweep in progress).
+func (c *Consumer) startSweeper(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(sweepEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if !c.breaker.isOpen() {
+					c.sweep(ctx, c.Partitions())
+				}
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }

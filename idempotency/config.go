@@ -49,6 +49,15 @@ type Config struct {
 	// empty result means "default". Defaults to the tenant carried by the
 	// request's context (tenant.From), then "default".
 	Tenant func(*http.Request) string
+	// Scope returns the caller a request comes from (a user id, an API
+	// key, a session): keys are scoped by caller within a tenant, so a
+	// caller who reuses or guesses another's key never gets the other's
+	// response, only a request of its own. Return something that only
+	// that caller can present, such as the authenticated user's id. An
+	// empty result means no caller: the key is shared by every request of
+	// the tenant without one. Defaults to the request's Authorization
+	// header (stored as a digest), or none without it.
+	Scope func(*http.Request) string
 	// Now is the clock for created_at, expires_at and expiry checks.
 	// Defaults to time.Now.
 	Now func() time.Time
@@ -102,6 +111,9 @@ func (c Config) withDefaults() Config {
 	if c.Tenant == nil {
 		c.Tenant = tenantFromContext
 	}
+	if c.Scope == nil {
+		c.Scope = authorization
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -110,6 +122,8 @@ func (c Config) withDefaults() Config {
 	}
 	return c
 }
+
+func authorization(r *http.Request) string { return r.Header.Get("Authorization") }
 
 func tenantFromContext(r *http.Request) string {
 	id, _ := tenant.From(r.Context())

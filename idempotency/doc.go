@@ -32,8 +32,10 @@
 // is one of the Problem constants ([ProblemInvalidKey] and so on), or
 // about:blank.
 //
-// Keys are scoped by tenant ([Config.Tenant]): the same key sent for two
-// tenants is two keys. Each key remembers a digest of its request: SHA-256
+// Keys are scoped by tenant ([Config.Tenant]) and, within a tenant, by
+// caller ([Config.Scope], by default the Authorization header): the same key
+// sent for two tenants, or by two callers, is two keys, so nobody gets
+// another caller's stored response by reusing or guessing its key. Each key remembers a digest of its request: SHA-256
 // over the method, the path (with "?" and the raw query when there is one)
 // and the body, each length-prefixed (see [RequestDigest]). Headers are not
 // part of it.
@@ -43,17 +45,18 @@
 //  1. inserts the key's row (state in_progress) with an insert that cannot
 //     duplicate (ON CONFLICT DO NOTHING);
 //  2. if the row is new, calls the handler with a request whose context
-//     carries the transaction (uow.ContextWithTx) and the tenant
+//     carries the transaction (uow.Owned.Join) and the tenant
 //     (tenant.With), and whose body is a fresh reader over the buffered
 //     body; the response is recorded, not sent;
-//  3. if the handler's status is below 500, updates the row to completed
-//     with the status, the [Config.StoredHeaders] of the response and its
-//     body, commits, and only then sends the recorded response, with all the
-//     headers the handler set;
-//  4. if the status is 500 or more, rolls everything back — the key's row
-//     and all the handler's work — and sends the recorded response
-//     unchanged. A server error is not stored: the command had no effect,
-//     and the client may retry it with the same key.
+//  3. if the handler's status is not a transient failure, updates the row
+//     to completed with the status, the [Config.StoredHeaders] of the
+//     response and its body, commits, and only then sends the recorded
+//     response, with all the headers the handler set;
+//  4. if the status is a transient failure — 408, 409 (a concurrent update,
+//     say), 425, 429 or 500 and above — rolls everything back (the key's row
+//     and all the handler's work) and sends the recorded response
+//     unchanged. It is not stored: the command had no effect, and the
+//     client may retry it with the same key and have it run again.
 //
 // So the handler's effects and the stored response commit together, or
 // neither does: there is no moment at which one exists without the other,

@@ -37,6 +37,17 @@ func ValidateKey(key string) error {
 	return nil
 }
 
+// scopedKey is how a key is stored: as is for a request without a caller;
+// for one with a caller, a digest of the caller between two 0x1f bytes
+// (which no key holds), then the key. The caller is not stored in clear.
+func scopedKey(scope, key string) string {
+	if scope == "" {
+		return key
+	}
+	sum := sha256.Sum256([]byte("bento-idempotency-scope-v1\x00" + scope))
+	return "\x1f" + hex.EncodeToString(sum[:16]) + "\x1f" + key
+}
+
 // digestDomain versions the digest encoding: stored digests stay comparable
 // only while it is unchanged.
 const digestDomain = "bento-idempotency-digest-v1"

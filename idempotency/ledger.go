@@ -17,7 +17,6 @@ import (
 
 	"github.com/bentoevents/bento/internal/dialect"
 	"github.com/bentoevents/bento/tenant"
-	"github.com/bentoevents/bento/uow"
 )
 
 // Ledger remembers the requests made with an Idempotency-Key and their
@@ -112,7 +111,7 @@ func (l *Ledger) Middleware(next http.Handler) http.Handler {
 			p.write(w)
 			return
 		}
-		req := &keyed{tenant: tid, key: key, body: body,
+		req := &keyed{tenant: tid, key: scopedKey(l.cfg.Scope(r), key), body: body,
 			digest: RequestDigest(r.Method, requestTarget(r.URL), body)}
 		for attempt := 1; ; attempt++ {
 			if !l.attempt(w, r, next, req) {
@@ -191,7 +190,7 @@ func (l *Ledger) attempt(w http.ResponseWriter, r *http.Request, next http.Handl
 		return false
 	}
 
-	hctx := tenant.With(uow.ContextWithTx(ctx, s.tx), req.tenant)
+	hctx := tenant.With(s.owned.Join(ctx), req.tenant)
 	hr := r.WithContext(hctx)
 	hr.Body = io.NopCloser(bytes.NewReader(req.body))
 	hr.ContentLength = int64(len(req.body))
@@ -200,9 +199,9 @@ func (l *Ledger) attempt(w http.ResponseWriter, r *http.Request, next http.Handl
 	next.ServeHTTP(rec, hr)
 	resp := rec.result()
 
-	if resp.status >= 500 {
+	if transient(resp.status) {
 		s.rollback()
-		l.log.DebugContext(ctx, "server error not stored; rolled back", "tenant", req.tenant, "key", req.key, "status", resp.status)
+		l.log.DebugContext(ctx, "transient failure not stored; rolled back", "tenant", req.tenant, "key", req.key, "status", resp.status)
 		resp.writeTo(w, nil)
 		return false
 	}
@@ -210,13 +209,25 @@ func (l *Ledger) attempt(w http.ResponseWriter, r *http.Request, next http.Handl
 		l.notRecorded(w, r, req, "store response", err)
 		return false
 	}
-	if err := s.commit(); err != nil {
+	if err := s.commit(); err != nil { // then the AfterCommit hooks of the handler's units
 		l.notRecorded(w, r, req, "commit", err)
 		return false
 	}
-	uow.Committed(hctx) // the AfterCommit hooks of the handler's units
 	resp.writeTo(w, nil)
 	return false
+}
+
+// transient reports whether status says the request may succeed if tried
+// again: a timeout (408), a conflict such as a concurrent update (409), too
+// early (425), too many requests (429) or a server error (5xx). Such a
+// response is not stored, and the handler's work is rolled back, so a
+// retry with the same key runs anew instead of getting it back for TTL.
+func transient(status int) bool {
+	switch status {
+	case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests:
+		return true
+	}
+	return status >= 500
 }
 
 // complete stores resp as the key's response.

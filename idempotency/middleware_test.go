@@ -2,6 +2,7 @@ package idempotency_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -188,6 +189,78 @@ func TestServerErrorIsNotStored(t *testing.T) {
 		assert.Equal(t, int64(1), e.counter(t))
 		requireReplay(t, retry, e.post("k", "{}"))
 		assert.Equal(t, int64(2), e.app.calls.Load())
+	})
+}
+
+// TestTransientFailuresAreNotStored checks that a response saying the
+// request may succeed later (a concurrency conflict's 409, 408, 425, 429)
+// is not stored, like a server error: the handler's work is rolled back and
+// a retry with the same key runs again instead of getting the failure back
+// for the key's TTL.
+func TestTransientFailuresAreNotStored(t *testing.T) {
+	t.Parallel()
+	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend, db *gorm.DB) {
+		e := setup(t, b, db, nil)
+		for _, status := range []int{http.StatusConflict, http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests} {
+			t.Run(fmt.Sprint(status), func(t *testing.T) {
+				e.app.calls.Store(0)
+				require.NoError(t, db.Exec("UPDATE counters SET n = 0").Error)
+				e.app.status = func(call int64) int {
+					if call == 1 {
+						return status
+					}
+					return http.StatusCreated
+				}
+				key := fmt.Sprintf("k-%d", status)
+				first := e.post(key, "{}")
+				require.Equal(t, status, first.Code)
+				assert.Equal(t, int64(0), e.counter(t), "the handler's write was rolled back")
+				retry := e.post(key, "{}")
+				require.Equal(t, http.StatusCreated, retry.Code, "the retry ran again")
+				assert.Empty(t, retry.Header().Get(idempotency.HeaderReplayed))
+				requireReplay(t, retry, e.post(key, "{}"))
+				assert.Equal(t, int64(2), e.app.calls.Load())
+			})
+		}
+	})
+}
+
+// TestKeysAreScopedByCaller checks that a key is the caller's own: another
+// caller of the same tenant who reuses it, with the very same request,
+// runs its own request and never receives the first caller's response; by
+// default the caller is the Authorization header, and Config.Scope picks
+// another.
+func TestKeysAreScopedByCaller(t *testing.T) {
+	t.Parallel()
+	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend, db *gorm.DB) {
+		e := setup(t, b, db, nil)
+		as := func(h http.Handler, header, caller string) *httptest.ResponseRecorder {
+			r := newRequest(http.MethodPost, "/things", "guessable-key", `{"sku":"apple"}`)
+			r.Header.Set(header, caller)
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			return w
+		}
+		alice := as(e.h, "Authorization", "Bearer alice-token")
+		mallory := as(e.h, "Authorization", "Bearer mallory-token")
+		require.Equal(t, http.StatusCreated, alice.Code)
+		require.Equal(t, http.StatusCreated, mallory.Code)
+		assert.Empty(t, mallory.Header().Get(idempotency.HeaderReplayed), "not alice's response replayed")
+		assert.NotEqual(t, alice.Header().Get("Location"), mallory.Header().Get("Location"))
+		requireReplay(t, alice, as(e.h, "Authorization", "Bearer alice-token"))
+		assert.Equal(t, int64(2), e.app.calls.Load())
+		for _, row := range e.keys(t) {
+			assert.NotContains(t, row.Key, "alice", "the caller is not stored in clear")
+		}
+
+		l, err := idempotency.New(db, &idempotency.Config{Scope: func(r *http.Request) string { return r.Header.Get("X-Api-Key") }})
+		require.NoError(t, err)
+		h := l.Middleware(e.app)
+		first := as(h, "X-Api-Key", "key-1")
+		require.Equal(t, http.StatusCreated, first.Code)
+		assert.Empty(t, as(h, "X-Api-Key", "key-2").Header().Get(idempotency.HeaderReplayed))
+		requireReplay(t, first, as(h, "X-Api-Key", "key-1"))
+		assert.Equal(t, int64(4), e.app.calls.Load())
 	})
 }
 

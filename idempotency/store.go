@@ -16,7 +16,7 @@ import (
 
 	"github.com/bentoevents/bento/internal/dialect"
 	"github.com/bentoevents/bento/internal/migrate"
-	"github.com/bentoevents/bento/internal/txn"
+	"github.com/bentoevents/bento/uow"
 )
 
 // The states of a key's row. Only the transaction that inserted a row ever
@@ -142,8 +142,9 @@ func CountExpired(ctx context.Context, db *gorm.DB, now time.Time) (int64, error
 // session is one keyed request's transaction.
 type session struct {
 	tx       *gorm.DB
-	release  func() // returns what begin took, after the transaction ends
-	prevLock string // PostgreSQL: the lock_timeout to restore
+	owned    *uow.Owned // tx, with the units of work that join it
+	release  func()     // returns what begin took, after the transaction ends
+	prevLock string     // PostgreSQL: the lock_timeout to restore
 	ended    bool
 }
 
@@ -162,7 +163,7 @@ func (l *Ledger) begin(ctx context.Context) (*session, error) {
 			tx.Rollback()
 			return nil, fmt.Errorf("set lock_timeout: %w", err)
 		}
-		return &session{tx: tx, release: func() {}, prevLock: prev}, nil
+		return &session{tx: tx, owned: uow.Own(tx), release: func() {}, prevLock: prev}, nil
 	}
 
 	sqlDB, err := l.db.DB()
@@ -197,7 +198,7 @@ func (l *Ledger) begin(ctx context.Context) (*session, error) {
 		release()
 		return nil, tx.Error
 	}
-	return &session{tx: tx, release: release}, nil
+	return &session{tx: tx, owned: uow.Own(tx), release: release}, nil
 }
 
 // afterInsert ends the part of the transaction bounded by LockTimeout.
@@ -218,14 +219,15 @@ func (s *session) rollback() {
 		return
 	}
 	s.ended = true
-	s.tx.Rollback()
+	s.owned.Rollback()
 	s.release()
 }
 
-// commit commits the transaction (see txn.Commit).
+// commit commits the transaction, then runs the after-commit hooks of the
+// units that joined it (see uow.Owned).
 func (s *session) commit() error {
 	s.ended = true
-	err := txn.Commit(s.tx)
+	err := s.owned.Commit()
 	s.release()
 	return err
 }

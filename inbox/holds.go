@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/bentoevents/bento/messaging"
-	"github.com/bentoevents/bento/tenant"
 )
 
 // ErrHeld is returned by [Inbox.CheckHold] for a message whose aggregate is
@@ -21,11 +21,7 @@ var ErrHeld = errors.New("inbox: held back behind a dead-lettered event of its a
 // without one.
 func heldRef(msg *message.Message) (string, aggregateRef, error) {
 	ref, err := aggregateOf(msg)
-	tid := msg.Metadata.Get(messaging.MetaTenantID)
-	if tid == "" {
-		tid = tenant.Default
-	}
-	return tid, ref, err
+	return defaultTenant(msg.Metadata.Get(messaging.MetaTenantID)), ref, err
 }
 
 // Hold holds back msg's aggregate behind msg, which is being dead-lettered:
@@ -48,37 +44,56 @@ VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
 	return nil
 }
 
+// HoldState is what CheckHold found about a message's aggregate.
+type HoldState struct {
+	// Own is true when the message is the one its aggregate is held behind
+	// (its replay): once it is applied, call Unhold.
+	Own bool
+	// Parked is true when the aggregate has parked events after the
+	// message, to apply once it is.
+	Parked bool
+}
+
 // CheckHold reports whether msg may be applied as far as holds go: it
 // returns an error wrapping ErrHeld when msg's aggregate is held behind
-// another message at a lower version; a message at or below the hold's
-// version (an earlier event, replayed) passes. held is true when msg is itself the
-// message the aggregate is held behind (its replay): once it is applied,
-// call Unhold.
-func (in *Inbox) CheckHold(ctx context.Context, msg *message.Message) (held bool, err error) {
+// another message at a lower version, or has a parked event at a lower
+// version (see Park); a message at or below the hold's version (an earlier
+// event, replayed) passes.
+func (in *Inbox) CheckHold(ctx context.Context, msg *message.Message) (HoldState, error) {
 	tid, ref, err := heldRef(msg)
 	if err != nil || ref.id == "" {
-		return false, nil
+		return HoldState{}, nil
 	}
-	var holds []struct {
+	var rows []struct {
 		Version   int64
 		MessageID string
+		Parked    bool
 	}
-	if err := in.db.WithContext(ctx).Raw(`SELECT version, message_id FROM inbox_holds
-WHERE consumer = ? AND tenant_id = ? AND aggregate_type = ? AND aggregate_id = ?`,
-		in.cfg.Consumer, tid, ref.typ, ref.id).Scan(&holds).Error; err != nil {
-		return false, wrapDB("check hold", err)
+	if err := in.db.WithContext(ctx).Raw(`SELECT version, message_id, 0 AS parked FROM inbox_holds
+WHERE consumer = ? AND tenant_id = ? AND aggregate_type = ? AND aggregate_id = ?
+UNION ALL
+SELECT COALESCE(MIN(version), 0), '', 1 FROM inbox_parked
+WHERE consumer = ? AND tenant_id = ? AND aggregate_type = ? AND aggregate_id = ? AND message_id <> ?`,
+		in.cfg.Consumer, tid, ref.typ, ref.id, in.cfg.Consumer, tid, ref.typ, ref.id, msg.UUID).Scan(&rows).Error; err != nil {
+		return HoldState{}, wrapDB("check hold", err)
 	}
-	switch {
-	case len(holds) == 0:
-		return false, nil
-	case holds[0].MessageID == msg.UUID:
-		return true, nil
-	case ref.version <= holds[0].Version:
-		return false, nil // the aggregate's past: an earlier event, replayed
-	default:
-		return false, fmt.Errorf("%w: %s %s version %d waits for message %s (version %d)",
-			ErrHeld, ref.typ, ref.id, ref.version, holds[0].MessageID, holds[0].Version)
+	var st HoldState
+	for _, r := range rows {
+		switch {
+		case r.Parked && r.Version == 0: // nothing parked
+		case r.Parked && r.Version < ref.version:
+			return st, fmt.Errorf("%w: %s %s version %d waits behind its parked version %d",
+				ErrHeld, ref.typ, ref.id, ref.version, r.Version)
+		case r.Parked:
+			st.Parked = true
+		case r.MessageID == msg.UUID:
+			st.Own = true
+		case ref.version > r.Version:
+			return st, fmt.Errorf("%w: %s %s version %d waits for message %s (version %d)",
+				ErrHeld, ref.typ, ref.id, ref.version, r.MessageID, r.Version)
+		}
 	}
+	return st, nil
 }
 
 // Unhold lifts the hold msg's aggregate is held behind, if msg is that
@@ -97,17 +112,63 @@ WHERE consumer = ? AND tenant_id = ? AND aggregate_type = ? AND aggregate_id = ?
 }
 
 // Release lifts the hold on an aggregate (the operator discarded the dead
-// letter it was held behind) and reports whether there was one. An empty
-// tenant means tenant.Default.
+// letter it was held behind). Under
+// VersionsContiguous it also gives up the versions the aggregate's first
+// parked event waits for, so that its parked events can be applied. They
+// are applied by the consumer of their partition. It reports whether there
+// was a hold or a gap to give up. An empty tenant means tenant.Default.
 func (in *Inbox) Release(ctx context.Context, tenantID, aggregateType, aggregateID string) (bool, error) {
-	if tenantID == "" {
-		tenantID = tenant.Default
-	}
+	tenantID = defaultTenant(tenantID)
 	res := in.db.WithContext(ctx).Exec(`DELETE FROM inbox_holds
 WHERE consumer = ? AND tenant_id = ? AND aggregate_type = ? AND aggregate_id = ?`,
 		in.cfg.Consumer, tenantID, aggregateType, aggregateID)
 	if res.Error != nil {
 		return false, wrapDB("release hold", res.Error)
 	}
-	return res.RowsAffected > 0, nil
+	skipped, err := in.skipGap(ctx, tenantID, aggregateType, aggregateID)
+	return res.RowsAffected > 0 || skipped, err
+}
+
+// Entangled returns the aggregates of msgs that are held back or have
+// parked events, in one query: a consumer applying msgs together must hand
+// those to CheckHold one by one. Messages without an aggregate are never
+// entangled.
+func (in *Inbox) Entangled(ctx context.Context, msgs []*message.Message) (map[Aggregate]bool, error) {
+	var (
+		keys []string
+		args = []any{in.cfg.Consumer}
+		seen = map[Aggregate]bool{}
+	)
+	for _, msg := range msgs {
+		tid, ref, err := heldRef(msg)
+		if err != nil || ref.id == "" {
+			continue
+		}
+		a := Aggregate{TenantID: tid, Type: ref.typ, ID: ref.id}
+		if seen[a] {
+			continue
+		}
+		seen[a] = true
+		keys = append(keys, "(?, ?, ?)")
+		args = append(args, a.TenantID, a.Type, a.ID)
+	}
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	set := strings.Join(keys, ", ")
+	args = append(args, args...)
+	var rows []Aggregate
+	err := in.db.WithContext(ctx).Raw(`SELECT tenant_id, aggregate_type AS type, aggregate_id AS id FROM inbox_holds
+WHERE consumer = ? AND (tenant_id, aggregate_type, aggregate_id) IN (`+set+`)
+UNION
+SELECT tenant_id, aggregate_type, aggregate_id FROM inbox_parked
+WHERE consumer = ? AND (tenant_id, aggregate_type, aggregate_id) IN (`+set+`)`, args...).Scan(&rows).Error
+	if err != nil {
+		return nil, wrapDB("check holds", err)
+	}
+	out := make(map[Aggregate]bool, len(rows))
+	for _, r := range rows {
+		out[r] = true
+	}
+	return out, nil
 }

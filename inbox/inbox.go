@@ -22,11 +22,8 @@ import (
 	"github.com/bentoevents/bento/internal/dialect"
 	"github.com/bentoevents/bento/internal/migrate"
 	"github.com/bentoevents/bento/internal/tracing"
-	"github.com/bentoevents/bento/internal/txn"
 	"github.com/bentoevents/bento/messaging"
-	"github.com/bentoevents/bento/outbox"
 	"github.com/bentoevents/bento/tenant"
-	"github.com/bentoevents/bento/uow"
 )
 
 var (
@@ -63,26 +60,6 @@ func CheckConsumer(name string) error {
 	}
 	return nil
 }
-
-// recordSQL records that a consumer applies a message, unless it already
-// did. A plain statement rather than GORM's Create: it runs for every
-// message, and GORM's Create (reflection, clause building) was 19% of
-// the consumer's CPU profile in the bench.
-const recordSQL = `INSERT INTO inbox_messages (consumer, message_id, tenant_id, received_at)
-VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING`
-
-// watermarkSQL locks the consumer's watermark row of an aggregate, creating
-// it at version 0 on first sight, and returns the version. Deliveries of
-// one aggregate to one consumer serialise on the row: the second waits for
-// the first's transaction and reads the version it committed.
-const watermarkSQL = `INSERT INTO inbox_watermarks (consumer, tenant_id, aggregate_type, aggregate_id, version, updated_at)
-VALUES (?, ?, ?, ?, 0, ?)
-ON CONFLICT (consumer, tenant_id, aggregate_type, aggregate_id) DO UPDATE SET version = inbox_watermarks.version
-RETURNING version`
-
-// advanceSQL moves the watermark to the version just applied.
-const advanceSQL = `UPDATE inbox_watermarks SET version = ?, updated_at = ?
-WHERE consumer = ? AND tenant_id = ? AND aggregate_type = ? AND aggregate_id = ?`
 
 // Record is one row of inbox_messages: consumer applied message.
 type Record struct {
@@ -264,91 +241,23 @@ func (in *Inbox) Consumer() string { return in.cfg.Consumer }
 // published after the commit, outside the transaction; emit events through
 // a unit of work instead.
 func (in *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
-	return func(msg *message.Message) (produced []*message.Message, err error) {
-		orig := msg.Context()
-		ctx, span := in.startConsume(orig, msg)
-		defer func() {
-			if p := recover(); p != nil {
-				tracing.EndPanic(span, p)
-				panic(p)
-			}
-			tracing.End(span, err)
-		}()
-		if msg.UUID == "" || len(msg.UUID) > MaxMessageIDLen {
-			return nil, fmt.Errorf("%w: %q", ErrNoMessageID, msg.UUID)
-		}
-		tid := msg.Metadata.Get(messaging.MetaTenantID)
-		if tid == "" {
-			tid = tenant.Default
-		}
-		if err := tenant.Validate(tid); err != nil {
-			return nil, fmt.Errorf("inbox: message %s: %w: %w", msg.UUID, messaging.ErrMalformedMessage, err)
-		}
-		var agg aggregateRef
-		if in.cfg.Versions != VersionsIgnored {
-			if agg, err = aggregateOf(msg); err != nil {
-				return nil, err
-			}
-		}
-		tx := in.db.WithContext(ctx).Begin(in.cfg.TxOptions)
-		if tx.Error != nil {
-			return nil, wrapDB("begin", tx.Error)
-		}
-		done := false
-		defer func() {
-			if !done {
-				tx.Rollback()
-			}
-		}()
-		res := tx.Exec(recordSQL, in.cfg.Consumer, msg.UUID, tid, in.cfg.Now().UTC())
-		if res.Error != nil {
-			return nil, wrapDB("record message", res.Error)
-		}
-		if res.RowsAffected == 0 {
-			in.skipped(span, "duplicate skipped", "message_id", msg.UUID, "event_type", msg.Metadata.Get(messaging.MetaEventType))
-			return nil, nil
-		}
-		if agg.id != "" {
-			var mark int64
-			if err := tx.Raw(watermarkSQL, in.cfg.Consumer, tid, agg.typ, agg.id, in.cfg.Now().UTC()).Scan(&mark).Error; err != nil {
-				return nil, wrapDB("read watermark", err)
-			}
-			switch {
-			case agg.version <= mark:
-				in.skipped(span, "duplicate skipped by the version watermark", "message_id", msg.UUID,
-					"aggregate_id", agg.id, "version", agg.version, "watermark", mark)
-				return nil, nil // rolled back: nothing to record
-			case in.cfg.Versions == VersionsContiguous && agg.version > mark+1:
-				return nil, fmt.Errorf("%w: %s %s version %d, last applied %d", ErrGap, agg.typ, agg.id, agg.version, mark)
-			}
-			if err := tx.Exec(advanceSQL, agg.version, in.cfg.Now().UTC(), in.cfg.Consumer, tid, agg.typ, agg.id).Error; err != nil {
-				return nil, wrapDB("advance watermark", err)
-			}
-		}
-
-		corr := msg.Metadata.Get(messaging.MetaCorrelationID)
-		if corr == "" {
-			corr = msg.UUID
-		}
-		hctx := uow.ContextWithTx(ctx, tx)
-		hctx = tenant.With(hctx, tid)
-		hctx = outbox.WithMetadata(hctx, outbox.Metadata{
-			outbox.MetaCorrelationID: corr,
-			outbox.MetaCausationID:   msg.UUID,
-		})
-		msg.SetContext(hctx)
-		defer msg.SetContext(orig)
-
-		produced, err = h(msg)
+	return func(msg *message.Message) ([]*message.Message, error) {
+		ctx, span := in.startConsume(msg.Context(), msg)
+		e, err := in.check(msg)
 		if err != nil {
+			tracing.End(span, err)
 			return nil, err
 		}
-		done = true
-		if err := txn.Commit(tx); err != nil {
-			return nil, wrapDB("commit", err)
+		e.ctx, e.span = ctx, span
+		n, produced, err := in.apply(ctx, []*entry{e}, h)
+		if e.panicked != nil {
+			tracing.EndPanic(span, e.panicked)
+			panic(e.panicked)
 		}
-		uow.Committed(hctx) // the AfterCommit hooks of the handler's units
-		in.processed.Inc()
+		in.endSpan(e, err)
+		if n == 0 {
+			return nil, err
+		}
 		return produced, nil
 	}
 }

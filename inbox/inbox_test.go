@@ -57,7 +57,7 @@ type env struct {
 	units *uow.Manager
 }
 
-func setup(t *testing.T, db *gorm.DB, consumer string) *env {
+func setup(t testing.TB, db *gorm.DB, consumer string) *env {
 	t.Helper()
 	ctx := context.Background()
 	require.NoError(t, outbox.Migrate(ctx, db))
@@ -73,7 +73,7 @@ func setup(t *testing.T, db *gorm.DB, consumer string) *env {
 	return &env{db: db, in: in, units: units}
 }
 
-func (e *env) count(t *testing.T, model any, where string, args ...any) int64 {
+func (e *env) count(t testing.TB, model any, where string, args ...any) int64 {
 	t.Helper()
 	var n int64
 	q := e.db.Model(model)

@@ -45,7 +45,7 @@ func writeApplied(msg *message.Message) ([]*message.Message, error) {
 	return nil, uow.DB(msg.Context(), nil).Create(&Applied{AggregateID: msg.Metadata.Get(messaging.MetaAggregateID), Version: v}).Error
 }
 
-func withVersions(t *testing.T, db *gorm.DB, consumer string, v inbox.Versions) *inbox.Inbox {
+func withVersions(t testing.TB, db *gorm.DB, consumer string, v inbox.Versions) *inbox.Inbox {
 	t.Helper()
 	require.NoError(t, db.AutoMigrate(&Applied{}))
 	in, err := inbox.New(db, &inbox.Config{Consumer: consumer, Versions: v})

@@ -320,9 +320,10 @@ func (b *MemoryBus) nextLocked(q *memQueue, slot chan *message.Message) *message
 	return nil
 }
 
-// leaveLocked unregisters slot and puts back a message handed to it but not
-// delivered. The bus mutex must be held.
-func (b *MemoryBus) leaveLocked(q *memQueue, slot chan *message.Message) {
+// leaveLocked unregisters slot and puts back, at the head of q in this
+// order, the messages back (handed out, not acked) and a message handed to
+// slot but not delivered. The bus mutex must be held.
+func (b *MemoryBus) leaveLocked(q *memQueue, slot chan *message.Message, back []*message.Message) {
 	if i := slices.Index(q.waiters, slot); i >= 0 {
 		q.waiters = slices.Delete(q.waiters, i, i+1)
 	}
@@ -335,9 +336,10 @@ func (b *MemoryBus) leaveLocked(q *memQueue, slot chan *message.Message) {
 	select {
 	case m := <-slot:
 		b.inflight--
-		b.requeueLocked(q, m)
+		back = append(back, m)
 	default:
 	}
+	b.requeueAllLocked(q, back)
 	if q.single && q.active == nil && len(q.standby) > 0 {
 		q.active, q.standby = q.standby[0], q.standby[1:]
 		if m := b.nextLocked(q, q.active); m != nil {
@@ -381,14 +383,19 @@ func (q *memQueue) take() *message.Message {
 	return m
 }
 
-// requeueLocked puts m back at the head of q, where RabbitMQ puts a rejected
-// message, and hands it to a waiting consumer. The bus mutex must be held.
-func (b *MemoryBus) requeueLocked(q *memQueue, m *message.Message) {
-	if q.head > 0 {
-		q.head--
-		q.items[q.head] = m
+// requeueAllLocked puts ms back at the head of q, in their order, where
+// RabbitMQ puts rejected messages, and hands them to waiting consumers. The
+// bus mutex must be held.
+func (b *MemoryBus) requeueAllLocked(q *memQueue, ms []*message.Message) {
+	if len(ms) == 0 {
+		return
+	}
+	if q.head >= len(ms) {
+		q.head -= len(ms)
+		copy(q.items[q.head:], ms)
 	} else {
-		q.items = slices.Insert(q.items, 0, m)
+		q.items = slices.Insert(q.items[q.head:], 0, ms...)
+		q.head = 0
 	}
 	b.dispatchLocked(q)
 }
@@ -429,6 +436,7 @@ func (b *MemoryBus) Subscriber(group string, patterns ...string) message.Subscri
 		bus:      b,
 		group:    group,
 		patterns: slices.Clone(patterns),
+		prefetch: 1,
 		closing:  make(chan struct{}),
 	}
 }
@@ -436,21 +444,28 @@ func (b *MemoryBus) Subscriber(group string, patterns ...string) message.Subscri
 // PartitionSubscriber returns a message.Subscriber whose Subscribe(ctx,
 // queue) consumes the existing queue named by its topic argument, such as a
 // partition queue (see [MemoryBus.DeclarePartitions]), as Subscriber(queue)
-// does. It is the memory bus's counterpart of [NewPartitionSubscriber].
-func (b *MemoryBus) PartitionSubscriber() message.Subscriber { return &queueSubscriber{bus: b} }
+// does, but with up to prefetch messages in hand at a time (0 means 1):
+// they are handed out in queue order, acked ones are dropped in that order,
+// and a Nack gives back the nacked message and every later one in hand, in
+// order. It is the memory bus's counterpart of [NewPartitionSubscriber].
+func (b *MemoryBus) PartitionSubscriber(prefetch int) message.Subscriber {
+	return &queueSubscriber{bus: b, prefetch: max(prefetch, 1)}
+}
 
 // queueSubscriber subscribes to the queue its topic names.
 type queueSubscriber struct {
-	bus  *MemoryBus
-	mu   sync.Mutex
-	subs []message.Subscriber
+	bus      *MemoryBus
+	prefetch int
+	mu       sync.Mutex
+	subs     []message.Subscriber
 }
 
 func (s *queueSubscriber) Subscribe(ctx context.Context, queue string) (<-chan *message.Message, error) {
 	if !s.bus.declared(queue) {
 		return nil, fmt.Errorf("subscribe: %w: queue %q is not declared", ErrInvalidName, clip(queue))
 	}
-	sub := s.bus.Subscriber(queue)
+	sub := s.bus.Subscriber(queue).(*memSubscriber)
+	sub.prefetch = s.prefetch
 	s.mu.Lock()
 	s.subs = append(s.subs, sub)
 	s.mu.Unlock()
@@ -470,6 +485,7 @@ type memSubscriber struct {
 	bus      *MemoryBus
 	group    string
 	patterns []string
+	prefetch int // at least 1
 
 	mu      sync.Mutex
 	closed  bool
@@ -513,7 +529,8 @@ func (s *memSubscriber) Subscribe(ctx context.Context, _ string) (<-chan *messag
 	if err != nil {
 		return nil, err
 	}
-	out := make(chan *message.Message)
+	// Buffered so that a consumer taking several at once finds them there.
+	out := make(chan *message.Message, s.prefetch-1)
 	s.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
@@ -524,68 +541,122 @@ func (s *memSubscriber) Subscribe(ctx context.Context, _ string) (<-chan *messag
 	return out, nil
 }
 
-// consume delivers q's messages to out one at a time until ctx is done or
-// the subscriber or bus closes. It starts registered as a waiter on slot.
+// handed is a message a subscription handed out and has not settled:
+// orig is the queue's, d the copy delivered.
+type handed struct {
+	orig, d *message.Message
+	cancel  context.CancelFunc
+}
+
+// consume delivers q's messages to out, up to s.prefetch unsettled at a
+// time, until ctx is done or the subscriber or bus closes. It starts
+// registered on slot, where the queue hands it messages. Acked messages are
+// dropped in delivery order; a nack gives back the nacked message and every
+// later one in hand, in order.
 func (s *memSubscriber) consume(ctx context.Context, q *memQueue, slot chan *message.Message, out chan<- *message.Message) {
 	b := s.bus
-	defer func() {
-		b.mu.Lock()
-		b.leaveLocked(q, slot)
-		q.consumers--
-		b.mu.Unlock()
-	}()
-	var m *message.Message
-	for {
-		if m == nil {
-			select {
-			case m = <-slot:
-			case <-ctx.Done():
-				return
-			case <-s.closing:
-				return
-			case <-b.done:
-				return
-			}
-		}
-
+	var (
+		window  []handed // handed out, unsettled, in delivery order
+		next    *handed  // taken from the queue, not handed out yet
+		waiting = true   // registered on slot, a message may come
+	)
+	deliver := func(m *message.Message) *handed {
 		d := copyMessage(m)
 		dctx, cancel := context.WithCancel(ctx)
 		d.SetContext(dctx)
-		acked := false
-		select {
-		case out <- d:
-			select {
-			case <-d.Acked():
-				acked = true
-			case <-d.Nacked():
-			case <-ctx.Done():
-			case <-s.closing:
-			case <-b.done:
-			}
-		case <-ctx.Done():
-		case <-s.closing:
-		case <-b.done:
-		}
-		cancel()
-		if !acked {
-			// An ack that raced with the shutdown still counts.
-			select {
-			case <-d.Acked():
-				acked = true
-			default:
+		return &handed{orig: m, d: d, cancel: cancel}
+	}
+	// giveBack returns the unacked messages from window[i:] and next to
+	// the queue, in order. The bus mutex must be held.
+	giveBack := func(i int) []*message.Message {
+		var back []*message.Message
+		for _, h := range window[i:] {
+			h.cancel()
+			b.inflight--
+			if !isAcked(h.d) { // an ack that raced with the end still counts
+				back = append(back, h.orig)
 			}
 		}
+		window = window[:i]
+		if next != nil {
+			next.cancel()
+			b.inflight--
+			back = append(back, next.orig)
+			next = nil
+		}
+		return back
+	}
+	defer func() {
 		b.mu.Lock()
-		b.inflight--
-		if !acked {
-			b.requeueLocked(q, m)
-		}
-		m = nil
-		if !s.stopping(ctx) {
-			m = b.nextLocked(q, slot)
-		}
+		b.leaveLocked(q, slot, giveBack(0))
+		q.consumers--
 		b.mu.Unlock()
-		if m == nil && s.stopping(ctx) {
+	}()
+	for {
+		if next == nil && !waiting && len(window) < s.prefetch && !s.stopping(ctx) {
+			b.mu.Lock()
+			if m := b.nextLocked(q, slot); m != nil {
+				next = deliver(m)
+			} else {
+				waiting = true
+			}
+			b.mu.Unlock()
+		}
+		var (
+			receive       <-chan *message.Message
+			send          chan<- *message.Message
+			sending       *message.Message
+			acked, nacked <-chan struct{}
+		)
+		if next == nil && waiting {
+			receive = slot
+		}
+		if next != nil {
+			send, sending = out, next.d
+		}
+		if len(window) > 0 {
+			acked, nacked = window[0].d.Acked(), window[0].d.Nacked()
+		}
+		select {
+		case m := <-receive:
+			waiting = false
+			next = deliver(m)
+		case send <- sending:
+			window = append(window, *next)
+			next = nil
+		case <-acked:
+			b.mu.Lock()
+			for len(window) > 0 && isAcked(window[0].d) {
+				window[0].cancel()
+				b.inflight--
+				window = window[1:]
+			}
+			b.mu.Unlock()
+		case <-nacked:
+			b.mu.Lock()
+			// Give back the nacked one and what came after it, in order;
+			// take a message the queue had handed us first.
+			back := giveBack(0)
+			if waiting {
+				select {
+				case m := <-slot:
+					b.inflight--
+					back = append(back, m)
+					waiting = false
+				default:
+				}
+			}
+			if i := slices.Index(q.waiters, slot); i >= 0 {
+				q.waiters = slices.Delete(q.waiters, i, i+1)
+				waiting = false
+			}
+			b.requeueAllLocked(q, back)
+			b.mu.Unlock()
+		case <-ctx.Done():
+			return
+		case <-s.closing:
+			return
+		case <-b.done:
 			return
 		}
 	}

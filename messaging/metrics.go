@@ -1,9 +1,9 @@
 package messaging
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bentoevents/bento/internal/promreg"
 )
 
 // publisherMetrics are ConfirmPublisher's Prometheus instruments; a nil
@@ -20,18 +20,11 @@ func newPublisherMetrics(reg prometheus.Registerer) (*publisherMetrics, error) {
 		Name: "bento_amqp_publisher_blocked",
 		Help: "Publisher connections the broker blocks (connection.blocked: RabbitMQ is short of memory or disk): 1 while a publisher's connection is blocked.",
 	})
-	if err := reg.Register(g); err != nil {
-		// Several publishers in one process share the gauge: each adds its
-		// blocked connection to it.
-		var are prometheus.AlreadyRegisteredError
-		if !errors.As(err, &are) {
-			return nil, err
-		}
-		existing, ok := are.ExistingCollector.(prometheus.Gauge)
-		if !ok {
-			return nil, err
-		}
-		g = existing
+	// Several publishers in one process share the gauge: each adds its
+	// blocked connection to it.
+	g, err := promreg.Register(reg, g)
+	if err != nil {
+		return nil, err
 	}
 	return &publisherMetrics{blocked: g}, nil
 }

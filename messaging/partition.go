@@ -83,6 +83,11 @@ type PartitionSpec struct {
 	// which routes to the queue named DeadKey). DeadKey is required with a
 	// DeliveryLimit.
 	DeadExchange, DeadKey string
+	// Prefetch is how many messages a subscription of
+	// NewPartitionSubscriber or MemoryBus.PartitionSubscriber takes before
+	// the first of them is acked, so that a consumer can apply several at
+	// once. Optional: 0 means 1. Declaring ignores it.
+	Prefetch int
 }
 
 // PartitionQueue returns the name of partition p of group: "<group>.p<p>".
@@ -232,20 +237,26 @@ func declarePartitionQueue(ch *amqp.Channel, hx, queue string, args amqp.Table) 
 // NewPartitionSubscriber returns a subscriber for the partition queues of
 // spec.Group, declared with [DeclarePartitions] before it returns.
 // Subscribe(ctx, PartitionQueue(group, p)) consumes partition p on a
-// channel of its own: messages one at a time (prefetch 1), each acked, or
-// nacked and requeued at the head of its queue, before the next arrives.
+// channel of its own, up to spec.Prefetch messages at a time (1 by
+// default), handed out in queue order. Acks are sent in that order too: a
+// message acked before the ones ahead of it waits for them, and the
+// messages acked by then are acknowledged with one ack (multiple). A Nack
+// of the oldest message in hand gives it and every later one in hand back
+// to the head of the queue, in order (one nack, multiple); a Nack of a later
+// one waits for the ones ahead of it.
 // With a single active consumer per queue, a second subscription to a
 // partition, here or in another process, waits until the first one ends,
 // then receives the partition's messages, unacked ones first.
 //
 // When ctx ends, the subscription stops: it cancels its consumer and closes
-// its channel, which gives the message in hand back to the head of the
-// queue (an Ack that comes first still counts; a Nack after ctx ended is
-// the same give-back). It never nacks on its own: on a quorum queue each
-// give-back counts one delivery toward the delivery limit, and a consumer
-// that stops costs the message at the head of its partition at most one.
-// The subscription's channel closes when ctx ends or the connection is
-// lost; subscribe again to resume (the subscriber dials again).
+// its channel, which gives the messages in hand back to the head of the
+// queue, in order (acks that come first still count; a Nack after ctx
+// ended is the same give-back). It never nacks on its own: on a quorum
+// queue each give-back counts one delivery toward the delivery limit, and
+// a consumer that stops costs the messages at the head of its partition at
+// most one. The subscription's channel closes when ctx ends or the
+// connection is lost; subscribe again to resume (the subscriber dials
+// again).
 //
 // It returns the errors of DeclarePartitions.
 func NewPartitionSubscriber(ctx context.Context, cfg *AMQPConfig, spec PartitionSpec) (message.Subscriber, error) {
@@ -253,15 +264,17 @@ func NewPartitionSubscriber(ctx context.Context, cfg *AMQPConfig, spec Partition
 		return nil, err
 	}
 	c, _ := cfg.resolve() // DeclarePartitions validated it
-	return &partitionSubscriber{cfg: c, hx: hashExchange(c.Exchange, spec.Group), args: spec.queueArgs()}, nil
+	return &partitionSubscriber{cfg: c, hx: hashExchange(c.Exchange, spec.Group), args: spec.queueArgs(),
+		prefetch: max(spec.Prefetch, 1)}, nil
 }
 
 // partitionSubscriber consumes partition queues over one connection, dialed
 // on first use and again after it is lost.
 type partitionSubscriber struct {
-	cfg  *AMQPConfig
-	hx   string
-	args amqp.Table
+	cfg      *AMQPConfig
+	hx       string
+	args     amqp.Table
+	prefetch int
 
 	mu     sync.Mutex
 	conn   *amqp.Connection
@@ -291,13 +304,20 @@ func (s *partitionSubscriber) channel(ctx context.Context) (*amqp.Channel, error
 	return ch, nil
 }
 
+// inHand is a delivery handed out and not settled yet.
+type inHand struct {
+	d      amqp.Delivery
+	msg    *message.Message
+	cancel context.CancelFunc
+}
+
 func (s *partitionSubscriber) Subscribe(ctx context.Context, queue string) (<-chan *message.Message, error) {
 	ch, err := s.channel(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("subscribe %q: %w", queue, err)
 	}
 	deliveries, err := func() (<-chan amqp.Delivery, error) {
-		if err := ch.Qos(1, 0, false); err != nil {
+		if err := ch.Qos(s.prefetch, 0, false); err != nil {
 			return nil, err
 		}
 		if err := declarePartitionQueue(ch, s.hx, queue, s.args); err != nil {
@@ -309,55 +329,113 @@ func (s *partitionSubscriber) Subscribe(ctx context.Context, queue string) (<-ch
 		_ = ch.Close()
 		return nil, fmt.Errorf("subscribe %q: %w", queue, err)
 	}
-	out := make(chan *message.Message)
+	// Buffered so that a consumer taking several at once finds them there.
+	out := make(chan *message.Message, s.prefetch-1)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		defer close(out)
 		defer func() { _ = ch.Close() }() // gives back what was delivered and not acked
-		for {
-			var d amqp.Delivery
-			var ok bool
-			select {
-			case <-ctx.Done():
+		consumePartition(ctx, deliveries, out)
+	}()
+	return out, nil
+}
+
+// consumePartition hands deliveries out in order and settles them in
+// order, until ctx ends, the deliveries end, or a settlement fails.
+func consumePartition(ctx context.Context, deliveries <-chan amqp.Delivery, out chan<- *message.Message) {
+	var (
+		window []inHand // handed out, unsettled, in delivery order
+		next   *inHand  // received, not handed out yet
+	)
+	defer func() {
+		settleAcked(window) // an ack that raced with the end still counts
+		for _, h := range window {
+			h.cancel()
+		}
+		if next != nil {
+			next.cancel()
+		}
+	}()
+	for {
+		var (
+			receive       <-chan amqp.Delivery
+			send          chan<- *message.Message
+			sending       *message.Message
+			acked, nacked <-chan struct{}
+		)
+		if next == nil {
+			receive = deliveries
+		} else {
+			send, sending = out, next.msg
+		}
+		if len(window) > 0 {
+			acked, nacked = window[0].msg.Acked(), window[0].msg.Nacked()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case d, ok := <-receive:
+			if !ok {
 				return
-			case d, ok = <-deliveries:
-				if !ok {
-					return
-				}
 			}
 			msg, _ := marshaler{}.Unmarshal(d)
 			mctx, cancel := context.WithCancel(ctx)
 			msg.SetContext(mctx)
-			select {
-			case out <- msg:
-			case <-ctx.Done():
-				cancel()
+			next = &inHand{d: d, msg: msg, cancel: cancel}
+		case send <- sending:
+			window = append(window, *next)
+			next = nil
+		case <-acked:
+			n, err := settleAcked(window)
+			window = window[n:]
+			if err != nil {
 				return
 			}
-			var err error
-			select {
-			case <-msg.Acked():
-				err = d.Ack(false)
-			case <-msg.Nacked():
-				if ctx.Err() == nil {
-					err = d.Nack(false, true)
-				}
-			case <-ctx.Done():
+		case <-nacked:
+			if ctx.Err() != nil {
+				return // the same give-back as closing the channel
 			}
-			cancel()
-			if err != nil || ctx.Err() != nil {
-				// An ack that raced with the end still counts.
-				select {
-				case <-msg.Acked():
-					_ = d.Ack(false)
-				default:
-				}
+			// Give back the nacked message and every later one in hand,
+			// in order: one nack, multiple.
+			last := window[len(window)-1].d
+			if next != nil {
+				last = next.d
+				next.cancel()
+				next = nil
+			}
+			for _, h := range window {
+				h.cancel()
+			}
+			window = nil
+			if err := last.Nack(true, true); err != nil {
 				return
 			}
 		}
-	}()
-	return out, nil
+	}
+}
+
+// settleAcked acknowledges, with one ack, the longest run of acked
+// messages at the head of window, and returns its length.
+func settleAcked(window []inHand) (int, error) {
+	n := 0
+	for n < len(window) && isAcked(window[n].msg) {
+		window[n].cancel()
+		n++
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	return n, window[n-1].d.Ack(n > 1)
+}
+
+func isAcked(msg *message.Message) bool {
+	select {
+	case <-msg.Acked():
+		return true
+	default:
+		return false
+	}
 }
 
 // Close closes the connection, which ends every subscription, and waits

@@ -87,14 +87,14 @@ func TestMemoryBusPartitionsKeepAnAggregateInOneQueueInOrder(t *testing.T) {
 			require.NoError(t, b.Publish("order.placed", aggMsg(fmt.Sprintf("a%03d", a), e)))
 		}
 	}
-	checkPartitioned(t, drainPartitions(t, b.PartitionSubscriber(), "billing", n), aggs, events)
+	checkPartitioned(t, drainPartitions(t, b.PartitionSubscriber(0), "billing", n), aggs, events)
 }
 
 func TestMemoryBusPartitionHasOneActiveConsumer(t *testing.T) {
 	t.Parallel()
 	b := newBus(t)
 	require.NoError(t, b.DeclarePartitions("billing", 1, "order.*"))
-	sub := b.PartitionSubscriber()
+	sub := b.PartitionSubscriber(0)
 	checkHandover(t, b, messaging.PartitionQueue("billing", 0), sub, sub)
 }
 
@@ -130,6 +130,71 @@ func checkHandover(t *testing.T, pub message.Publisher, q string, first, second 
 		assert.Equal(t, want, m.UUID, "the next consumer takes over, the unacked message first")
 		m.Ack()
 	}
+}
+
+// checkPrefetch publishes six events of one aggregate to partition queue q
+// and checks that a subscription of sub holds three at a time, acks them
+// in order (one acked before those ahead of it lets nothing more in), and
+// that a nack gives the nacked message and those after it back, in order.
+func checkPrefetch(t *testing.T, pub message.Publisher, q string, sub message.Subscriber) {
+	t.Helper()
+	ch, err := sub.Subscribe(t.Context(), q)
+	require.NoError(t, err)
+	for i := range 6 {
+		require.NoError(t, pub.Publish("order.placed", aggMsg("a", i)))
+	}
+	take := func(ids ...string) []*message.Message {
+		t.Helper()
+		var ms []*message.Message
+		for _, id := range ids {
+			m := receive(t, ch)
+			require.Equal(t, id, m.UUID)
+			ms = append(ms, m)
+		}
+		return ms
+	}
+	none := func(why string) {
+		t.Helper()
+		select {
+		case m := <-ch:
+			t.Fatalf("received %s %s", m.UUID, why)
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+	first := take("a-000", "a-001", "a-002")
+	none("with three in hand")
+	first[2].Ack()
+	first[1].Ack()
+	none("before the oldest in hand was acked")
+	first[0].Ack()
+	second := take("a-003", "a-004", "a-005")
+	second[2].Nack()
+	second[1].Nack()
+	none("before the oldest in hand was settled")
+	second[0].Nack()
+	for _, m := range take("a-003", "a-004", "a-005") {
+		m.Ack()
+	}
+	none("after all six were acked")
+}
+
+func TestMemoryBusPartitionPrefetch(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	require.NoError(t, b.DeclarePartitions("billing", 1, "order.*"))
+	checkPrefetch(t, b, messaging.PartitionQueue("billing", 0), b.PartitionSubscriber(3))
+}
+
+func TestAMQPPartitionPrefetch(t *testing.T) {
+	t.Parallel()
+	r := setupRabbit(t)
+	spec := r.partitions("billing", 1)
+	spec.Prefetch = 3
+	sub, err := messaging.NewPartitionSubscriber(ctxTimeout(t), r.cfg, spec)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	checkPrefetch(t, r.publisher(), messaging.PartitionQueue(spec.Group, 0), sub)
+	assert.Zero(t, r.depth(messaging.PartitionQueue(spec.Group, 0)), "every message acked")
 }
 
 func TestAMQPPartitionsKeepAnAggregateInOneQueueInOrder(t *testing.T) {

@@ -59,5 +59,6 @@
 // bento_outbox_failed_total and bento_outbox_dead_total by topic,
 // bento_outbox_publish_latency_seconds (occurred_at to confirm),
 // bento_outbox_backlog by status (rows not yet sent: new, publishing, failed,
-// dead) and bento_outbox_oldest_pending_age_seconds.
+// dead) and bento_outbox_oldest_pending_age_seconds, and
+// bento_projector_running, the projectors inside Run.
 package projector

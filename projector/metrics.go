@@ -2,11 +2,11 @@ package projector
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bentoevents/bento/internal/promreg"
 	"github.com/bentoevents/bento/outbox"
 )
 
@@ -17,6 +17,7 @@ type metrics struct {
 	failed    *prometheus.CounterVec
 	dead      *prometheus.CounterVec
 	latency   prometheus.Histogram
+	running   prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer, store *outbox.Store, tenantID string) (*metrics, error) {
@@ -38,37 +39,39 @@ func newMetrics(reg prometheus.Registerer, store *outbox.Store, tenantID string)
 			Help:    "Time from an event's occurred_at to the broker's confirm.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
 		}),
+		running: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "bento_projector_running", Help: "Projectors running (inside Run) in this process.",
+		}),
 	}
 	var err error
-	if m.published, err = register(reg, m.published); err != nil {
+	if m.published, err = promreg.Register(reg, m.published); err != nil {
 		return nil, err
 	}
-	if m.failed, err = register(reg, m.failed); err != nil {
+	if m.failed, err = promreg.Register(reg, m.failed); err != nil {
 		return nil, err
 	}
-	if m.dead, err = register(reg, m.dead); err != nil {
+	if m.dead, err = promreg.Register(reg, m.dead); err != nil {
 		return nil, err
 	}
-	if m.latency, err = register(reg, m.latency); err != nil {
+	if m.latency, err = promreg.Register(reg, m.latency); err != nil {
 		return nil, err
 	}
-	if _, err = register[prometheus.Collector](reg, &backlogCollector{store: store, tenant: tenantID}); err != nil {
+	if m.running, err = promreg.Register(reg, m.running); err != nil {
+		return nil, err
+	}
+	if _, err = promreg.Register[prometheus.Collector](reg, &backlogCollector{store: store, tenant: tenantID}); err != nil {
 		return nil, err
 	}
 	return m, nil
 }
 
-// register registers c, or returns the collector already registered under
-// its descriptors (several projectors in one process share metrics).
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	err := reg.Register(c)
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing, nil
-		}
+// runs counts a projector in Run until the returned function is called.
+func (m *metrics) runs() (done func()) {
+	if m == nil {
+		return func() {}
 	}
-	return c, err
+	m.running.Inc()
+	return m.running.Dec
 }
 
 func (m *metrics) sent(topic string, occurredAt time.Time, now time.Time) {

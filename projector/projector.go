@@ -153,6 +153,7 @@ func (p *OutboxProjector) Run(ctx context.Context) error {
 	}
 	p.running = true
 	p.runMu.Unlock()
+	defer p.metrics.runs()()
 	defer func() {
 		p.runMu.Lock()
 		p.running = false

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bento's whole test run: start the local services (and install Chromium
-# for the console's browser tests if it is missing), check formatting and vet,
+# for the console's browser tests, and promtool for the alerting rules'
+# check, if they are missing), check formatting and vet,
 # run every test with the race detector, run the suite again without it (the
 # stress tests skip under -race), run each benchmark once so they keep
 # working, and vet and test the nested modules examples/redisbus and bench. Set CI=1 to
@@ -11,6 +12,7 @@ export PATH="$PATH:/usr/local/go/bin"
 
 bash scripts/services.sh
 bash scripts/chromium.sh
+bash scripts/promtool.sh
 
 echo "== gofmt"
 unformatted=$(gofmt -l .)

@@ -49,12 +49,9 @@ func scopeFrom(ctx context.Context) *txScope {
 
 // ContextWithTx returns a copy of ctx that carries tx. Units of work begun
 // under the returned context join tx instead of starting their own
-// transaction.
-//
-// The code that owns tx (begins and commits it, like the inbox middleware
-// or the idempotency ledger) calls [Committed] with the returned context
-// once tx has committed, so that the AfterCommit hooks of the units that
-// joined it run.
+// transaction. Their AfterCommit hooks never run, since bento does not see
+// the commit (as with Manager.RunTx): to have them run, take the
+// transaction with [Own] and use [Owned.Join] instead.
 func ContextWithTx(ctx context.Context, tx *gorm.DB) context.Context {
 	return withScope(ctx, &txScope{tx: tx})
 }
@@ -65,18 +62,6 @@ func TxFromContext(ctx context.Context) (*gorm.DB, bool) {
 		return s.tx, true
 	}
 	return nil, false
-}
-
-// Committed runs the Config.AfterCommit hooks of the units of work that
-// joined the transaction carried by ctx (see ContextWithTx) and committed
-// their part, each once, in the order they committed. The owner of the
-// transaction calls it after the transaction commits; a transaction rolled
-// back is simply never reported, and its hooks never run. Calling it again,
-// or with a ctx that carries no transaction, does nothing.
-func Committed(ctx context.Context) {
-	if s := scopeFrom(ctx); s != nil {
-		s.run()
-	}
 }
 
 // DB returns the transaction carried by ctx, or db when there is none, bound

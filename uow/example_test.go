@@ -121,3 +121,47 @@ func Example() {
 	// order.paid order-1 2 new {"order_id":"order-1"}
 	// waiting for the projector: 2
 }
+
+// Code that owns a transaction and calls handlers in it (a message inbox,
+// an idempotency ledger) takes it with Own: the handlers' units of work join
+// it through Join, and their AfterCommit hooks run when Commit succeeds.
+func ExampleOwned() {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "bento-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := gorm.Open(sqlite.Open(filepath.Join(dir, "shop.db")), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := outbox.Migrate(ctx, db); err != nil {
+		log.Fatal(err)
+	}
+	if err := db.AutoMigrate(&Order{}); err != nil {
+		log.Fatal(err)
+	}
+	units, err := uow.New(db, &uow.Config{AfterCommit: func(n int) { fmt.Println("hook:", n, "event(s) committed") }})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	owned := uow.Own(db.Begin())
+	defer owned.Rollback()                       // nothing, once committed
+	handler := func(ctx context.Context) error { // joins the owner's transaction
+		return units.Run(ctx, func(ctx context.Context, u *uow.UnitOfWork) error {
+			return u.Add(PlaceOrder("order-7", 990))
+		})
+	}
+	if err := handler(owned.Join(ctx)); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("handler returned; committing")
+	if err := owned.Commit(); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// handler returned; committing
+	// hook: 1 event(s) committed
+}

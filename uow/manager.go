@@ -15,6 +15,7 @@ import (
 
 	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/internal/dialect"
+	"github.com/bentoevents/bento/internal/promreg"
 	"github.com/bentoevents/bento/internal/tracing"
 	"github.com/bentoevents/bento/outbox"
 	"github.com/bentoevents/bento/tenant"
@@ -45,7 +46,7 @@ type Config struct {
 	// wrote at least one event, with the number of events, once those
 	// events are committed: at once for a unit that owns its transaction;
 	// for a unit that joined a caller's transaction, when the owner reports
-	// the commit (the outer unit's Commit, or uow.Committed, which the inbox
+	// the commit (the outer unit's Commit, or Owned.Commit, which the inbox
 	// middleware and the idempotency ledger call). It may also run for a
 	// joined unit whose enclosing savepoint was rolled back later, so use
 	// it for hints: wake an in-process projector (projector.Wake) where the
@@ -130,16 +131,9 @@ func New(db *gorm.DB, cfg *Config) (*Manager, error) {
 		m.enqueued = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bento_outbox_enqueued_total", Help: "Events committed to the outbox, by topic.",
 		}, []string{"topic"})
-		if err := c.Registerer.Register(m.enqueued); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if !errors.As(err, &are) {
-				return nil, fmt.Errorf("uow: metrics: %w", err)
-			}
-			existing, ok := are.ExistingCollector.(*prometheus.CounterVec)
-			if !ok {
-				return nil, fmt.Errorf("uow: metrics: %w", err)
-			}
-			m.enqueued = existing
+		var err error
+		if m.enqueued, err = promreg.Register(c.Registerer, m.enqueued); err != nil {
+			return nil, fmt.Errorf("uow: metrics: %w", err)
 		}
 	}
 	return m, nil

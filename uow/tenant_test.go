@@ -95,29 +95,36 @@ func TestAfterCommitHook(t *testing.T) {
 		require.NoError(t, outer.Commit().Error)
 		assert.Equal(t, []int{2}, calls, "RunTx's caller commits where bento cannot see it")
 
-		// A transaction carried by a context: the hooks of the units that
-		// joined it run when its owner reports the commit, and only then.
+		// A transaction its owner lets units join (uow.Own): their hooks
+		// run when the owner commits, and only then, once.
 		calls = nil
-		tx := db.Begin()
-		tctx := uow.ContextWithTx(ctx, tx)
-		require.NoError(t, units.Run(tctx, func(ctx context.Context, u *uow.UnitOfWork) error {
+		owned := uow.Own(db.Begin())
+		require.NoError(t, units.Run(owned.Join(ctx), func(ctx context.Context, u *uow.UnitOfWork) error {
 			return u.Add(OpenAccount("acc-4", "di", e.stamper))
 		}))
 		assert.Empty(t, calls, "not before the owner commits")
-		require.NoError(t, tx.Commit().Error)
-		uow.Committed(tctx)
+		require.NoError(t, owned.Commit())
 		assert.Equal(t, []int{1}, calls)
-		uow.Committed(tctx)
+		require.NoError(t, owned.Commit())
 		assert.Equal(t, []int{1}, calls, "each hook runs once")
 
 		calls = nil
-		tx = db.Begin()
-		tctx = uow.ContextWithTx(ctx, tx)
-		require.NoError(t, units.Run(tctx, func(ctx context.Context, u *uow.UnitOfWork) error {
+		owned = uow.Own(db.Begin())
+		require.NoError(t, units.Run(owned.Join(ctx), func(ctx context.Context, u *uow.UnitOfWork) error {
 			return u.Add(OpenAccount("acc-5", "ed", e.stamper))
 		}))
-		require.NoError(t, tx.Rollback().Error)
+		owned.Rollback()
 		assert.Empty(t, calls, "a rolled back transaction is never reported")
+
+		// A transaction only carried by a context (ContextWithTx): its
+		// owner is not bento, so the hooks never run.
+		calls = nil
+		tx := db.Begin()
+		require.NoError(t, units.Run(uow.ContextWithTx(ctx, tx), func(ctx context.Context, u *uow.UnitOfWork) error {
+			return u.Add(OpenAccount("acc-9", "fy", e.stamper))
+		}))
+		require.NoError(t, tx.Commit().Error)
+		assert.Empty(t, calls)
 
 		// Units nested in a unit that owns its transaction: their hooks run
 		// after the outer commit, the outer unit's first.

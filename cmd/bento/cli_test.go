@@ -43,10 +43,16 @@ type result struct {
 // as its standard input, and args.
 func bento(t *testing.T, dsn, stdin string, args ...string) result {
 	t.Helper()
+	return bentoEnv(t, []string{"DATABASE_URL=" + dsn}, stdin, args...)
+}
+
+// bentoEnv runs the binary with env added to the test's environment.
+func bentoEnv(t *testing.T, env []string, stdin string, args ...string) result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, args...)
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+dsn)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -425,7 +431,7 @@ func TestMigrateUpStatusAndSQL(t *testing.T) {
 	r = bento(t, dsn, "", "migrate", "up")
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Contains(t, r.stdout, "outbox: applied ")
-	assert.Contains(t, r.stdout, "idempotency: applied 1 migration(s)")
+	assert.Contains(t, r.stdout, "idempotency: applied 2 migration(s)")
 	for _, table := range []string{"outbox_events", "inbox_messages", "idempotency_keys"} {
 		assert.True(t, db.Migrator().HasTable(table), table)
 	}
@@ -532,7 +538,7 @@ func TestConsoleServesTheDashboard(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, "console", "--addr", "127.0.0.1:0", "--read-only")
+	cmd := exec.CommandContext(ctx, binary, "console", "--addr", "127.0.0.1:0", "--read-only", "--host", "ops.internal")
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+e.dsn)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
@@ -560,6 +566,16 @@ func TestConsoleServesTheDashboard(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, http.StatusForbidden, resp.StatusCode, "read-only refuses every POST")
+
+	for host, want := range map[string]int{"ops.internal": http.StatusOK, "rebind.attacker.test": http.StatusMisdirectedRequest} {
+		req, err := http.NewRequest(http.MethodGet, base, nil)
+		require.NoError(t, err)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, want, resp.StatusCode, "Host %s", host)
+	}
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	go func() { _, _ = io.Copy(io.Discard, stdout) }()

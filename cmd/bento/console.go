@@ -13,12 +13,14 @@ import (
 
 // console serves the web console until ctx is done (SIGINT or SIGTERM).
 func (c *cli) console(ctx context.Context, args []string) error {
-	fs := c.newFlags("console", "[--addr 127.0.0.1:8081] [--read-only] [--show-payloads] [--tenant T] [--refresh 10s]")
+	fs := c.newFlags("console", "[--addr 127.0.0.1:8081] [--host NAME]... [--read-only] [--show-payloads] [--tenant T] [--refresh 10s]")
 	addr := fs.String("addr", "127.0.0.1:8081", "listen address; the console has no login, so keep it internal")
 	readOnly := fs.Bool("read-only", false, "no requeue or discard buttons; every POST is refused")
 	payloads := fs.Bool("show-payloads", false, "show dead letters' payloads and metadata")
 	tenant := fs.String("tenant", "", "only this tenant")
 	refresh := fs.Duration("refresh", 0, "reload the overview at this interval (0: never)")
+	var hosts stringsFlag
+	fs.Var(&hosts, "host", "a name operators reach the console by, besides the loopback names and --addr's host (repeatable)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -30,7 +32,11 @@ func (c *cli) console(ctx context.Context, args []string) error {
 		return err
 	}
 	defer done()
-	cfg := &console.Config{ReadOnly: *readOnly, ShowPayloads: *payloads, Tenant: *tenant, Refresh: *refresh}
+	cfg := &console.Config{ReadOnly: *readOnly, ShowPayloads: *payloads, Tenant: *tenant, Refresh: *refresh,
+		AllowedHosts: hosts}
+	if host, _, err := net.SplitHostPort(*addr); err == nil && host != "" && !net.ParseIP(host).IsUnspecified() {
+		cfg.AllowedHosts = append(cfg.AllowedHosts, host)
+	}
 	if secret := c.getenv("BENTO_CONSOLE_SECRET"); secret != "" {
 		cfg.Secret = []byte(secret) // shared by replicas behind one load balancer
 	}
@@ -73,4 +79,14 @@ func isLoopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// stringsFlag is a repeatable string flag.
+type stringsFlag []string
+
+func (f *stringsFlag) String() string { return fmt.Sprint([]string(*f)) }
+
+func (f *stringsFlag) Set(v string) error {
+	*f = append(*f, v)
+	return nil
 }

@@ -16,7 +16,17 @@
 //	bento inbox purge --older-than 30d [--consumer C] [--dry-run] [--yes]
 //	bento idempotency purge [--dry-run] [--yes]
 //	bento maintain [--outbox-retention 7d] [--inbox-retention 30d] [--dry-run] [--yes]
-//	bento console [--addr 127.0.0.1:8081] [--read-only] [--show-payloads]
+//	bento console [--addr 127.0.0.1:8081] [--host NAME]... [--read-only] [--show-payloads]
+//	bento consumer dead list --group G [--event-type T] [--aggregate TYPE[/ID]] [--cause C] [--older-than D] [--json]
+//	bento consumer dead show ID --group G [--show-payload] [--json]
+//	bento consumer dead replay|discard (ID...|filters|--all) --group G [--dry-run] [--yes]
+//	bento consumer declare --group G --event-type T... [--partitions N] [--classic]
+//	bento unroutable list [--event-type T]... [--limit N]
+//	bento unroutable replay [--event-type T]... [--dry-run] [--yes]
+//
+// The consumer and unroutable commands read the RabbitMQ broker from
+// AMQP_URL and use the exchange of --exchange (or BENTO_EXCHANGE; default
+// bento.events).
 //
 // Every command that deletes or changes rows says what it would do with
 // --dry-run and changes nothing; without --yes it asks for confirmation on
@@ -87,6 +97,8 @@ var commands = map[string]func(c *cli, ctx context.Context, args []string) error
 	"idempotency": (*cli).idempotency,
 	"console":     (*cli).console,
 	"maintain":    (*cli).maintain,
+	"consumer":    (*cli).consumerCmd,
+	"unroutable":  (*cli).unroutable,
 }
 
 const usage = `usage: bento <command> [arguments]
@@ -96,6 +108,10 @@ Commands:
   stats                     outbox backlog per tenant and status
   dead list|show|requeue|discard
                             inspect and act on dead letters
+  consumer dead list|show|replay|discard
+                            a consumer group's dead letters on RabbitMQ (AMQP_URL)
+  consumer declare          declare a group's queues before it is deployed
+  unroutable list|replay    events no queue was bound for, parked by RabbitMQ
   purge                     delete sent outbox rows past retention
   inbox purge               delete inbox records past the dedup window
   idempotency purge         delete expired idempotency keys

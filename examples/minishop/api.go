@@ -12,6 +12,7 @@ import (
 	"github.com/bentoevents/bento/console"
 	"github.com/bentoevents/bento/examples/minishop/inventory"
 	"github.com/bentoevents/bento/examples/minishop/order"
+	"github.com/bentoevents/bento/health"
 	"github.com/bentoevents/bento/idempotency"
 	"github.com/bentoevents/bento/uow"
 )
@@ -39,11 +40,16 @@ import (
 // console) is mounted at /console/, read-write with payloads hidden; a real
 // deployment would put it behind its operators' authentication.
 func (a *App) handler() (http.Handler, error) {
-	ledger, err := idempotency.New(a.db, &idempotency.Config{MaxBodyBytes: maxBody, Logger: a.log})
+	ledger, err := idempotency.New(a.db, &idempotency.Config{MaxBodyBytes: maxBody, Logger: a.log, Scope: apiKey})
 	if err != nil {
 		return nil, err
 	}
-	con, err := console.New(a.units.Outbox(), &console.Config{Title: "minishop outbox", Logger: a.log})
+	ccfg := &console.Config{Title: "minishop outbox", Logger: a.log}
+	if a.bus.amqp != nil { // consumer dead letters and unroutable events live on RabbitMQ
+		ccfg.Consumers = &console.Consumers{AMQP: a.bus.amqp, Groups: []string{inventoryGroup, orderingGroup, notificationGroup}}
+		ccfg.Unroutable = a.bus.amqp
+	}
+	con, err := console.New(a.units.Outbox(), ccfg)
 	if err != nil {
 		return nil, err
 	}
@@ -55,7 +61,8 @@ func (a *App) handler() (http.Handler, error) {
 	mux.HandleFunc("GET /orders/{id}", a.getOrder)
 	mux.HandleFunc("GET /inventory/{sku}", a.getInventory)
 	mux.HandleFunc("GET /notifications", a.getNotifications)
-	mux.HandleFunc("GET /healthz", a.getHealthz)
+	mux.Handle("GET /healthz", health.Live())
+	mux.Handle("GET /readyz", health.Ready(nil, a.readyChecks()...))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.metrics, promhttp.HandlerOpts{}))
 	mux.Handle("/console/", http.StripPrefix("/console", con))
 	return mux, nil
@@ -208,18 +215,6 @@ func (a *App) getNotifications(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, notes)
 }
 
-func (a *App) getHealthz(w http.ResponseWriter, r *http.Request) {
-	sqlDB, err := a.db.DB()
-	if err == nil {
-		err = sqlDB.PingContext(r.Context())
-	}
-	if err != nil {
-		problem(w, http.StatusServiceUnavailable, "Database unreachable", err.Error())
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "time": time.Now().UTC().Format(time.RFC3339)})
-}
-
 func (a *App) queryError(w http.ResponseWriter, err error, notFound string) {
 	if notFound != "" && errors.Is(err, gorm.ErrRecordNotFound) {
 		problem(w, http.StatusNotFound, notFound, "")
@@ -244,4 +239,46 @@ func problem(w http.ResponseWriter, status int, title, detail string) {
 		body["detail"] = detail
 	}
 	_ = json.NewEncoder(w).Encode(body)
+}
+
+// readyMaxLag is how long the oldest event may wait for the relay before
+// /readyz fails.
+const readyMaxLag = time.Minute
+
+// readyChecks are what /readyz checks: the database, the relay's lag, the
+// broker (on RabbitMQ) and the consumers this process runs.
+func (a *App) readyChecks() []health.Check {
+	checks := []health.Check{health.Database(a.db), health.Relay(a.units.Outbox(), readyMaxLag)}
+	if a.bus.amqp != nil {
+		checks = append(checks, health.Broker(a.bus.amqp))
+	}
+	for _, c := range a.consumers {
+		checks = append(checks, health.Consumer(c))
+	}
+	return checks
+}
+
+// HeaderAPIKey is the header minishop scopes idempotency keys by: a
+// stand-in for the API key or session a real service authenticates, so
+// that one client reusing another's Idempotency-Key runs its own request
+// instead of receiving the other's order.
+const HeaderAPIKey = "X-Api-Key"
+
+func apiKey(r *http.Request) string { return r.Header.Get(HeaderAPIKey) }
+
+// Limits of minishop's HTTP server: a client that sends its headers or
+// body too slowly, or keeps an idle connection, is cut off, and headers
+// are bounded.
+const (
+	readHeaderTimeout = 5 * time.Second
+	readTimeout       = 15 * time.Second
+	writeTimeout      = 30 * time.Second
+	idleTimeout       = 60 * time.Second
+	maxHeaderBytes    = 64 << 10
+)
+
+// newServer returns minishop's HTTP server for h, with its limits.
+func newServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: readTimeout,
+		WriteTimeout: writeTimeout, IdleTimeout: idleTimeout, MaxHeaderBytes: maxHeaderBytes}
 }

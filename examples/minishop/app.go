@@ -11,6 +11,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
+	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/examples/minishop/inventory"
 	"github.com/bentoevents/bento/examples/minishop/order"
 	"github.com/bentoevents/bento/idempotency"
@@ -31,6 +32,8 @@ type App struct {
 	// wake, when set, is called after commits (the in-process projector's
 	// Wake on the embedded default).
 	wake func()
+	// consumers are the consumers this process runs, for /readyz.
+	consumers []*consumer.Consumer
 }
 
 // newApp builds the App over db and b.

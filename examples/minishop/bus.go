@@ -30,6 +30,8 @@ type bus struct {
 	pub         message.Publisher
 	newConsumer func(db *gorm.DB, cfg *consumer.Config) (*consumer.Consumer, error)
 	close       func()
+	// amqp is the broker's config; nil on the in-memory bus.
+	amqp *messaging.AMQPConfig
 }
 
 // openBus connects to RabbitMQ when amqpURL is set (exchange from
@@ -78,5 +80,6 @@ func openBus(ctx context.Context, log *slog.Logger, amqpURL string) (*bus, error
 			return consumer.NewAMQP(ctx, db, cfg, ccfg)
 		},
 		close: func() { _ = pub.Close() },
+		amqp:  cfg,
 	}, nil
 }

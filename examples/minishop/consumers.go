@@ -204,6 +204,7 @@ func (a *App) inventoryRunner() (runner, error) {
 	if err != nil {
 		return runner{}, err
 	}
+	a.consumers = append(a.consumers, c)
 	return runner{name: inventoryGroup, run: c.Run}, nil
 }
 
@@ -212,6 +213,7 @@ func (a *App) orderingRunner() (runner, error) {
 	if err != nil {
 		return runner{}, err
 	}
+	a.consumers = append(a.consumers, c)
 	return runner{name: orderingGroup, run: c.Run}, nil
 }
 
@@ -220,5 +222,6 @@ func (a *App) notificationRunner() (runner, error) {
 	if err != nil {
 		return runner{}, err
 	}
+	a.consumers = append(a.consumers, c)
 	return runner{name: notificationGroup, run: c.Run}, nil
 }

@@ -44,6 +44,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/bentoevents/bento/housekeeping"
 	"github.com/bentoevents/bento/internal/embeddb"
 	"github.com/bentoevents/bento/projector"
 )
@@ -197,6 +198,10 @@ func serve(ctx context.Context, log *slog.Logger, mode, addr, dbURL, amqpURL, pa
 		}
 		a.wake = p.Wake
 		start("relay", p.Run)
+		// Retention and partition maintenance, one instance at a time.
+		start("housekeeping", func(ctx context.Context) error {
+			return housekeeping.Run(ctx, &housekeeping.Config{DB: a.db, Logger: log, Registerer: a.metrics, Unroutable: b.amqp})
+		})
 	}
 	if mode == "all" || mode == "serve" {
 		h, err := a.handler()
@@ -207,7 +212,7 @@ func serve(ctx context.Context, log *slog.Logger, mode, addr, dbURL, amqpURL, pa
 		if err != nil {
 			return err
 		}
-		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		srv := newServer(h)
 		log.Info("minishop: HTTP API listening", "addr", ln.Addr().String())
 		start("http", func(ctx context.Context) error {
 			go func() {

@@ -233,10 +233,23 @@ func TestHappyPathOnTheEmbeddedDefault(t *testing.T) {
 	assert.Empty(t, notifications(t, p.url, other["id"].(string)), "no notification for an unpaid order")
 
 	assert.Equal(t, 200, call(t, "GET", p.url+"/healthz", "", nil).status)
+	ready := call(t, "GET", p.url+"/readyz", "", nil)
+	require.Equal(t, 200, ready.status, "%s", ready.body)
+	var names []string
+	for _, c := range ready.json(t)["checks"].([]any) {
+		check := c.(map[string]any)
+		names = append(names, check["name"].(string))
+		assert.Equal(t, "ok", check["status"], "%v", check)
+	}
+	assert.Equal(t, []string{"database", "relay", "consumer inventory", "consumer ordering", "consumer notification"}, names)
 	metrics := call(t, "GET", p.url+"/metrics", "", nil)
 	require.Equal(t, 200, metrics.status)
 	assert.Contains(t, string(metrics.body), "bento_outbox_published_total")
 	assert.Contains(t, string(metrics.body), "bento_inbox_processed_total")
+	assert.Contains(t, string(metrics.body), "bento_consumer_handler_duration_seconds")
+	assert.Contains(t, string(metrics.body), "bento_consumer_partitions_owned")
+	assert.Contains(t, string(metrics.body), `bento_housekeeping_runs_total{result="ok",task="inbox-purge"} 1`,
+		"housekeeping ran at start")
 }
 
 func TestErrorStatuses(t *testing.T) {
@@ -304,6 +317,38 @@ func TestIdempotencyKeys(t *testing.T) {
 	assert.Equal(t, int64(1), orders, "the replayed request did not place a second order")
 	assert.Equal(t, int64(1), events, "the replayed payment did not pay twice")
 	assert.Equal(t, 3.0, reserved(t, p.url, "banana"))
+}
+
+// TestIdempotencyKeysBelongToTheirCaller: a client that reuses another's
+// Idempotency-Key with the same order (another X-Api-Key) places its own
+// order; it never receives the other's stored response. Each client's own
+// retry is replayed.
+func TestIdempotencyKeysBelongToTheirCaller(t *testing.T) {
+	t.Parallel()
+	p := embedded(t)
+	body := `{"customer_id":"c7","items":[{"sku":"apple","qty":1}]}`
+	as := func(apiKey string) response {
+		return call(t, "POST", p.url+"/orders", body, map[string]string{"Idempotency-Key": "shared-key", "X-Api-Key": apiKey})
+	}
+	alice := as("alice-key")
+	require.Equal(t, 201, alice.status, "%s", alice.body)
+	mallory := as("mallory-key")
+	require.Equal(t, 201, mallory.status, "%s", mallory.body)
+	assert.Empty(t, mallory.header.Get("Idempotent-Replayed"), "not alice's order replayed")
+	assert.NotEqual(t, alice.header.Get("Location"), mallory.header.Get("Location"))
+	again := as("alice-key")
+	assert.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
+	assert.Equal(t, alice.header.Get("Location"), again.header.Get("Location"))
+}
+
+// TestServerBoundsHeaders: minishop's HTTP server refuses a request whose
+// headers exceed its limit instead of reading them all.
+func TestServerBoundsHeaders(t *testing.T) {
+	t.Parallel()
+	p := embedded(t)
+	big := call(t, "GET", p.url+"/healthz", "", map[string]string{"X-Padding": strings.Repeat("x", 200<<10)})
+	assert.Equal(t, http.StatusRequestHeaderFieldsTooLarge, big.status)
+	assert.Equal(t, 200, call(t, "GET", p.url+"/healthz", "", nil).status)
 }
 
 func TestSubcommandsAndFlags(t *testing.T) {

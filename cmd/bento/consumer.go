@@ -1,0 +1,318 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/bentoevents/bento/consumer"
+	"github.com/bentoevents/bento/messaging"
+)
+
+// consumerCmd runs "bento consumer dead ...": a consumer group's dead
+// letters on RabbitMQ.
+func (c *cli) consumerCmd(ctx context.Context, args []string) error {
+	if len(args) > 0 && args[0] == "declare" {
+		return c.consumerDeclare(ctx, args[1:])
+	}
+	if len(args) == 0 || args[0] != "dead" {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
+			fmt.Fprintln(c.stdout, "usage: bento consumer dead list|show|replay|discard --group G ... (bento consumer dead <command> -h for its flags)")
+			return errHelp
+		}
+		return usagef("want: consumer dead list|show|replay|discard, or consumer declare")
+	}
+	args = args[1:]
+	if len(args) == 0 {
+		return usagef("want list, show, replay or discard (see -h)")
+	}
+	switch args[0] {
+	case "list":
+		return c.consumerDeadList(ctx, args[1:])
+	case "show":
+		return c.consumerDeadShow(ctx, args[1:])
+	case "replay", "discard":
+		return c.consumerDeadAct(ctx, args[0], args[1:])
+	case "-h", "-help", "--help":
+		fmt.Fprintln(c.stdout, "usage: bento consumer dead list|show|replay|discard --group G ... (bento consumer dead <command> -h for its flags)")
+		return errHelp
+	}
+	return usagef("unknown consumer dead command %q: want list, show, replay or discard", args[0])
+}
+
+// deadLetterFlags are the flags that select a group's dead letters.
+type deadLetterFlags struct {
+	group, exchange, eventType, aggregate, cause *string
+	olderThan                                    *ageFlag
+}
+
+func addDeadLetterFlags(fs *flag.FlagSet) deadLetterFlags {
+	f := deadLetterFlags{
+		group:     fs.String("group", "", "the consumer group (required)"),
+		exchange:  fs.String("exchange", messaging.DefaultExchange, "the event exchange replays go to (or BENTO_EXCHANGE)"),
+		eventType: fs.String("event-type", "", "only this event type"),
+		aggregate: fs.String("aggregate", "", "only this aggregate: TYPE or TYPE/ID"),
+		cause:     fs.String("cause", "", "only this cause: decode, permanent, failed, gap or poison"),
+		olderThan: &ageFlag{},
+	}
+	fs.Var(f.olderThan, "older-than", "only dead letters given up at least this long ago (30m, 2h, 7d)")
+	return f
+}
+
+// target returns the broker config and the filter the flags say.
+func (c *cli) deadLetterTarget(fs *flag.FlagSet, f deadLetterFlags, ids []string) (*messaging.AMQPConfig, consumer.DeadFilter, error) {
+	out := consumer.DeadFilter{IDs: ids, EventType: *f.eventType, Cause: *f.cause, OlderThan: f.olderThan.d}
+	if *f.group == "" {
+		return nil, out, usagef("--group is required")
+	}
+	if a := *f.aggregate; a != "" {
+		typ, id, _ := strings.Cut(a, "/")
+		if typ == "" {
+			return nil, out, usagef("bad --aggregate %q: want TYPE or TYPE/ID", a)
+		}
+		out.AggregateType, out.AggregateID = typ, id
+	}
+	explicit := false
+	fs.Visit(func(fl *flag.Flag) { explicit = explicit || fl.Name == "exchange" })
+	cfg, err := c.amqpConfig(*f.exchange, explicit)
+	return cfg, out, err
+}
+
+// describeDead says in words which dead letters f selects.
+func describeDead(group string, f consumer.DeadFilter) string {
+	var parts []string
+	if len(f.IDs) > 0 {
+		parts = append(parts, "id "+strings.Join(f.IDs, ", "))
+	}
+	if f.EventType != "" {
+		parts = append(parts, "event type "+f.EventType)
+	}
+	if f.AggregateType != "" {
+		a := "aggregate " + f.AggregateType
+		if f.AggregateID != "" {
+			a += "/" + f.AggregateID
+		}
+		parts = append(parts, a)
+	}
+	if f.Cause != "" {
+		parts = append(parts, "cause "+f.Cause)
+	}
+	if f.OlderThan > 0 {
+		parts = append(parts, "older than "+f.OlderThan.String())
+	}
+	what := "dead letters of " + group
+	if len(parts) > 0 {
+		what += " with " + strings.Join(parts, " and ")
+	}
+	return what
+}
+
+func (c *cli) consumerDeadList(ctx context.Context, args []string) error {
+	fs := c.newFlags("consumer dead list", "--group G [--event-type T] [--aggregate TYPE[/ID]] [--cause C] [--older-than D] [--limit N] [--json]")
+	ff := addDeadLetterFlags(fs)
+	limit := fs.Int("limit", 100, "at most this many")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *limit < 1 {
+		return usagef("--limit must be at least 1")
+	}
+	cfg, f, err := c.deadLetterTarget(fs, ff, nil)
+	if err != nil {
+		return err
+	}
+	dead, err := consumer.ListDeadLetters(ctx, cfg, *ff.group, f, *limit)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return c.printJSON(deadLettersJSON(dead, false))
+	}
+	if len(dead) == 0 {
+		fmt.Fprintln(c.stdout, "no "+describeDead(*ff.group, f))
+		return nil
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tEVENT TYPE\tAGGREGATE\tCAUSE\tATTEMPTS\tDEAD AT\tREPLAYS\tERROR")
+	for _, d := range dead {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\n", d.MessageID, d.EventType, deadAggregate(d), orDash(d.Cause),
+			d.Attempts, timeOrDashValue(d.DeadAt), d.Replays, oneLine(d.Error, 60))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(dead) == *limit {
+		fmt.Fprintf(c.stdout, "(first %d; raise --limit or narrow the filter for more)\n", *limit)
+	}
+	return nil
+}
+
+func (c *cli) consumerDeadShow(ctx context.Context, args []string) error {
+	fs := c.newFlags("consumer dead show", "ID --group G [--show-payload] [--json]")
+	ff := addDeadLetterFlags(fs)
+	payload := fs.Bool("show-payload", false, "print the payload and the headers (they may hold personal data)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("want exactly one message id")
+	}
+	cfg, f, err := c.deadLetterTarget(fs, ff, pos)
+	if err != nil {
+		return err
+	}
+	dead, err := consumer.ListDeadLetters(ctx, cfg, *ff.group, f, 1)
+	if err != nil {
+		return err
+	}
+	if len(dead) == 0 {
+		return fmt.Errorf("no dead letter %s in %s", pos[0], consumer.DeadLetterQueue(*ff.group))
+	}
+	d := dead[0]
+	if *asJSON {
+		return c.printJSON(deadLettersJSON(dead, *payload)[0])
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	for _, kv := range [][2]string{
+		{"id", d.MessageID}, {"group", *ff.group}, {"event type", d.EventType}, {"tenant", d.TenantID},
+		{"aggregate", deadAggregate(d)}, {"version", fmt.Sprint(d.AggregateVersion)}, {"cause", orDash(d.Cause)},
+		{"attempts", fmt.Sprint(d.Attempts)}, {"dead at", timeOrDashValue(d.DeadAt)}, {"replays", fmt.Sprint(d.Replays)},
+		{"error", d.Error},
+	} {
+		fmt.Fprintf(tw, "%s:\t%s\n", kv[0], kv[1])
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if *payload {
+		md, _ := json.Marshal(d.Metadata)
+		fmt.Fprintf(c.stdout, "headers: %s\npayload: %s\n", md, d.Payload)
+	} else {
+		fmt.Fprintln(c.stdout, "payload: hidden (--show-payload shows it and the headers)")
+	}
+	return nil
+}
+
+// consumerDeadAct replays or discards dead letters.
+func (c *cli) consumerDeadAct(ctx context.Context, verb string, args []string) error {
+	fs := c.newFlags("consumer dead "+verb, "(ID...|--event-type T|--aggregate TYPE[/ID]|--cause C|--older-than D|--all) --group G [--dry-run] [--yes]")
+	ff := addDeadLetterFlags(fs)
+	all := fs.Bool("all", false, "every dead letter of the group")
+	dry := fs.Bool("dry-run", false, "say what would change and change nothing")
+	yes := fs.Bool("yes", false, "do not ask for confirmation")
+	ids, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	cfg, f, err := c.deadLetterTarget(fs, ff, ids)
+	if err != nil {
+		return err
+	}
+	narrowed := len(ids) > 0 || f.EventType != "" || f.AggregateType != "" || f.Cause != "" || f.OlderThan > 0
+	if !narrowed && !*all {
+		return usagef("say which dead letters to %s: ids, --event-type, --aggregate, --cause, --older-than or --all", verb)
+	}
+	if narrowed && *all {
+		return usagef("--all does not go with ids or filters")
+	}
+	what := describeDead(*ff.group, f)
+	dead, err := consumer.ListDeadLetters(ctx, cfg, *ff.group, f, 100_000)
+	if err != nil {
+		return err
+	}
+	if len(dead) == 0 {
+		fmt.Fprintf(c.stdout, "no %s: nothing to %s\n", what, verb)
+		return nil
+	}
+	if *dry {
+		fmt.Fprintf(c.stdout, "would %s %d %s (dry run: nothing changed)\n", verb, len(dead), what)
+		return nil
+	}
+	question := fmt.Sprintf("replay %d %s? They go back to the group (and to every group bound to their event type; the inbox skips what was applied).", len(dead), what)
+	if verb == "discard" {
+		question = fmt.Sprintf("discard %d %s? They are deleted for good.", len(dead), what)
+	}
+	if err := c.confirm(*yes, question); err != nil {
+		return err
+	}
+	var done []consumer.DeadLetter
+	if verb == "replay" {
+		done, err = consumer.ReplayDeadLetters(ctx, cfg, *ff.group, f)
+	} else {
+		done, err = consumer.DiscardDeadLetters(ctx, cfg, *ff.group, f)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w (%d done before the error)", verb, err, len(done))
+	}
+	past := map[string]string{"replay": "replayed", "discard": "discarded"}[verb]
+	fmt.Fprintf(c.stdout, "%s %d %s\n", past, len(done), what)
+	return nil
+}
+
+// deadLetterRow is the JSON form of a consumer dead letter.
+type deadLetterRow struct {
+	ID               string            `json:"id"`
+	EventType        string            `json:"event_type"`
+	Tenant           string            `json:"tenant,omitempty"`
+	AggregateType    string            `json:"aggregate_type,omitempty"`
+	AggregateID      string            `json:"aggregate_id,omitempty"`
+	AggregateVersion int64             `json:"aggregate_version,omitempty"`
+	Cause            string            `json:"cause,omitempty"`
+	Error            string            `json:"error,omitempty"`
+	Attempts         int               `json:"attempts"`
+	DeadAt           *time.Time        `json:"dead_at,omitempty"`
+	Replays          int               `json:"replays"`
+	Headers          map[string]string `json:"headers,omitempty"`
+	Payload          json.RawMessage   `json:"payload,omitempty"`
+}
+
+func deadLettersJSON(dead []consumer.DeadLetter, payload bool) []deadLetterRow {
+	out := make([]deadLetterRow, 0, len(dead))
+	for _, d := range dead {
+		r := deadLetterRow{ID: d.MessageID, EventType: d.EventType, Tenant: d.TenantID, AggregateType: d.AggregateType,
+			AggregateID: d.AggregateID, AggregateVersion: d.AggregateVersion, Cause: d.Cause, Error: d.Error,
+			Attempts: d.Attempts, Replays: d.Replays}
+		if !d.DeadAt.IsZero() {
+			at := d.DeadAt.UTC()
+			r.DeadAt = &at
+		}
+		if payload {
+			r.Headers = d.Metadata
+			if json.Valid(d.Payload) {
+				r.Payload = d.Payload
+			} else {
+				r.Payload, _ = json.Marshal(string(d.Payload))
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func deadAggregate(d consumer.DeadLetter) string {
+	if d.AggregateType == "" && d.AggregateID == "" {
+		return "-"
+	}
+	return d.AggregateType + "/" + d.AggregateID
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func timeOrDashValue(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bentoevents/bento/aggregate"
+	"github.com/bentoevents/bento/internal/testenv"
+	"github.com/bentoevents/bento/messaging"
+)
+
+// TestUnroutableAndDeclareThroughTheBinary: an event relayed before any
+// group consumes its type is parked; bento lists it; replaying it with no
+// queue bound brings it back (and says so); once bento declared the
+// group's partition queues ahead of the group's deployment, a replay
+// delivers it into them, with its id.
+func TestUnroutableAndDeclareThroughTheBinary(t *testing.T) {
+	t.Parallel()
+	ex := testenv.NewExchange(t)
+	amqpCfg := &messaging.AMQPConfig{URL: ex.URL, Exchange: ex.Name}
+	pub, err := messaging.NewAMQPPublisher(amqpCfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	ex.Queues(messaging.UnroutableQueue(ex.Name))
+	m := message.NewMessage(aggregate.NewID(), []byte(`{}`))
+	m.Metadata.Set(messaging.MetaEventType, "late.event")
+	require.NoError(t, pub.Publish("late.event", m))
+	env := []string{"AMQP_URL=" + ex.URL, "BENTO_EXCHANGE=" + ex.Name}
+	depth := func(q string) int {
+		n, err := messaging.QueueDepth(t.Context(), amqpCfg, q)
+		require.NoError(t, err)
+		return n
+	}
+	require.Eventually(t, func() bool { return depth(messaging.UnroutableQueue(ex.Name)) == 1 }, 10*time.Second, 20*time.Millisecond)
+
+	r := bentoEnv(t, env, "", "unroutable", "list")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, fieldLines(r.stdout), "late.event 1")
+	assert.Contains(t, r.stdout, m.UUID)
+
+	r = bentoEnv(t, env, "", "unroutable", "replay", "--event-type", "late.event", "--yes")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "1 came back")
+
+	group := "late" + aggregate.NewID()[18:]
+	ex.Partitioned(group, 2)
+	r = bentoEnv(t, env, "", "consumer", "declare", "--group", group, "--event-type", "late.*", "--partitions", "2")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "declared 2 partition queues")
+	r = bentoEnv(t, env, "", "unroutable", "replay", "--event-type", "late.event", "--dry-run")
+	assert.Contains(t, r.stdout, "would replay 1")
+	r = bentoEnv(t, env, "", "unroutable", "replay", "--event-type", "late.event", "--yes")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "replayed 1")
+	assert.NotContains(t, r.stdout, "came back")
+	p0, p1 := messaging.PartitionQueue(group, 0), messaging.PartitionQueue(group, 1)
+	require.Eventually(t, func() bool { return depth(p0)+depth(p1) == 1 }, 10*time.Second, 20*time.Millisecond)
+	assert.Zero(t, depth(messaging.UnroutableQueue(ex.Name)))
+}

@@ -1,0 +1,192 @@
+package console
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"sort"
+
+	"github.com/bentoevents/bento/consumer"
+	"github.com/bentoevents/bento/messaging"
+)
+
+// Consumers lets the console show and act on consumer groups' dead letters
+// (package consumer), kept in RabbitMQ queues "<group>.dead".
+type Consumers struct {
+	// AMQP is the broker, and the exchange replays are published to.
+	// Required.
+	AMQP *messaging.AMQPConfig
+	// Groups are the consumer groups to show. Required.
+	Groups []string
+}
+
+// groupData is the content of the consumer groups page.
+type groupData struct {
+	Groups []groupCount
+	Limit  int
+}
+
+type groupCount struct {
+	Group string
+	Count int
+	Err   string
+}
+
+// groupDeadData is the content of a group's dead-letter list.
+type groupDeadData struct {
+	Group string
+	Rows  []consumer.DeadLetter
+	Limit int
+	Flash string
+}
+
+// groupDetailData is the content of a consumer dead letter's page.
+type groupDetailData struct {
+	Group        string
+	Dead         consumer.DeadLetter
+	ShowPayloads bool
+	Payload      string
+	Headers      [][2]string
+}
+
+// group returns the group named in the path, answering 404 for one the
+// console does not show.
+func (c *Console) group(w http.ResponseWriter, r *http.Request) (string, bool) {
+	g := r.PathValue("group")
+	if c.cfg.Consumers == nil || !slices.Contains(c.cfg.Consumers.Groups, g) {
+		c.renderError(w, r, http.StatusNotFound, fmt.Sprintf("No consumer group %q here.", g))
+		return "", false
+	}
+	return g, true
+}
+
+func (c *Console) consumerGroups(w http.ResponseWriter, r *http.Request) {
+	if c.cfg.Consumers == nil {
+		c.notFound(w, r)
+		return
+	}
+	d := &groupData{Limit: c.cfg.DeadLimit}
+	for _, g := range c.cfg.Consumers.Groups {
+		dead, err := consumer.ListDeadLetters(r.Context(), c.cfg.Consumers.AMQP, g, consumer.DeadFilter{}, c.cfg.DeadLimit)
+		gc := groupCount{Group: g, Count: len(dead)}
+		if err != nil {
+			gc.Err = err.Error()
+		}
+		d.Groups = append(d.Groups, gc)
+	}
+	c.render(w, r, http.StatusOK, "consumers", c.newPage(w, r, "consumers", "Consumer dead letters", d))
+}
+
+func (c *Console) groupDead(w http.ResponseWriter, r *http.Request) {
+	g, ok := c.group(w, r)
+	if !ok {
+		return
+	}
+	dead, err := consumer.ListDeadLetters(r.Context(), c.cfg.Consumers.AMQP, g, consumer.DeadFilter{}, c.cfg.DeadLimit)
+	if err != nil {
+		c.failBroker(w, r, err)
+		return
+	}
+	d := &groupDeadData{Group: g, Rows: dead, Limit: c.cfg.DeadLimit, Flash: consumerFlash(r.URL.Query())}
+	c.render(w, r, http.StatusOK, "group", c.newPage(w, r, "consumers", "Dead letters of "+g, d))
+}
+
+// findGroupDead loads dead letter id of group, answering 404 when there is
+// none.
+func (c *Console) findGroupDead(w http.ResponseWriter, r *http.Request, g, id string) (*consumer.DeadLetter, bool) {
+	dead, err := consumer.ListDeadLetters(r.Context(), c.cfg.Consumers.AMQP, g, consumer.DeadFilter{IDs: []string{id}}, 1)
+	if err != nil {
+		c.failBroker(w, r, err)
+		return nil, false
+	}
+	if len(dead) == 0 {
+		c.renderError(w, r, http.StatusNotFound, fmt.Sprintf("No dead letter %q in %s: it may have been replayed or discarded.", id, g))
+		return nil, false
+	}
+	return &dead[0], true
+}
+
+func (c *Console) groupDeadDetail(w http.ResponseWriter, r *http.Request) {
+	g, ok := c.group(w, r)
+	if !ok {
+		return
+	}
+	dl, ok := c.findGroupDead(w, r, g, r.PathValue("id"))
+	if !ok {
+		return
+	}
+	d := &groupDetailData{Group: g, Dead: *dl, ShowPayloads: c.cfg.ShowPayloads}
+	if c.cfg.ShowPayloads {
+		var buf bytes.Buffer
+		if err := json.Indent(&buf, dl.Payload, "", "  "); err == nil {
+			d.Payload = buf.String()
+		} else {
+			d.Payload = string(dl.Payload)
+		}
+		for k, v := range dl.Metadata {
+			d.Headers = append(d.Headers, [2]string{k, v})
+		}
+		sort.Slice(d.Headers, func(i, j int) bool { return d.Headers[i][0] < d.Headers[j][0] })
+	}
+	// Never let the template see them unless shown.
+	d.Dead.Payload, d.Dead.Metadata = nil, nil
+	c.render(w, r, http.StatusOK, "groupdetail", c.newPage(w, r, "consumers", "Dead letter "+dl.MessageID, d))
+}
+
+// groupDeadAct replays or discards one dead letter of a group.
+func (c *Console) groupDeadAct(verb string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		g, ok := c.group(w, r)
+		if !ok {
+			return
+		}
+		id := r.PathValue("id")
+		if verb == "discard" && r.PostForm.Get("confirm") != "yes" {
+			c.renderError(w, r, http.StatusBadRequest, "Discarding deletes the message for good: tick the confirmation box on its page.")
+			return
+		}
+		f := consumer.DeadFilter{IDs: []string{id}}
+		var done []consumer.DeadLetter
+		var err error
+		if verb == "replay" {
+			done, err = consumer.ReplayDeadLetters(r.Context(), c.cfg.Consumers.AMQP, g, f)
+		} else {
+			done, err = consumer.DiscardDeadLetters(r.Context(), c.cfg.Consumers.AMQP, g, f)
+		}
+		if err != nil {
+			c.failBroker(w, r, err)
+			return
+		}
+		past := map[string]string{"replay": "replayed", "discard": "discarded"}[verb]
+		c.cfg.Logger.InfoContext(r.Context(), "console: consumer dead letter "+past, "group", g, "id", id, "count", len(done))
+		q := url.Values{"done": {past}, "n": {fmt.Sprint(len(done))}}
+		// From consumers/{group}/{id}/{verb} back to consumers/{group}.
+		redirect(w, relBase(r.URL.Path)+"consumers/"+url.PathEscape(g)+"?"+q.Encode())
+	}
+}
+
+// consumerFlash is the message after a replay or discard.
+func consumerFlash(q url.Values) string {
+	switch n := q.Get("n"); q.Get("done") {
+	case "replayed":
+		if n == "0" {
+			return "Nothing was replayed: the dead letter is gone."
+		}
+		return "Replayed " + n + " dead letter: it is back in the group's processing; the inbox skips it if it was applied meanwhile."
+	case "discarded":
+		if n == "0" {
+			return "Nothing was discarded: the dead letter is gone."
+		}
+		return "Discarded " + n + " dead letter."
+	}
+	return ""
+}
+
+// failBroker answers 502 for a broker error, logging it.
+func (c *Console) failBroker(w http.ResponseWriter, r *http.Request, err error) {
+	c.cfg.Logger.ErrorContext(r.Context(), "console: broker error", "path", r.URL.Path, "err", err)
+	c.renderError(w, r, http.StatusBadGateway, "The dead-letter queue could not be read or changed: "+err.Error())
+}

@@ -1,0 +1,177 @@
+package consumer
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+
+	"github.com/bentoevents/bento/messaging"
+)
+
+// CausePoison is the cause of a dead letter the broker sent to the group's
+// dead-letter queue past the partition queue's delivery limit: it crashed
+// or hung every consumer it reached. It carries no dead_cause header; its
+// x-death header says delivery_limit.
+const CausePoison = "poison"
+
+// DeadLetter is a message in a consumer group's dead-letter queue.
+type DeadLetter struct {
+	MessageID        string
+	EventType        string
+	TenantID         string
+	AggregateType    string
+	AggregateID      string
+	AggregateVersion int64
+	// Cause is one of CauseDecode, CausePermanent, CauseFailed, CauseGap
+	// and CausePoison; empty for a message that says nothing.
+	Cause string
+	// Error is the error that killed it.
+	Error string
+	// Attempts is how many attempts failed (0 when unknown).
+	Attempts int
+	// DeadAt is when it was given up (zero when unknown).
+	DeadAt time.Time
+	// Replays counts the times it was replayed before.
+	Replays  int
+	Metadata map[string]string
+	Payload  []byte
+}
+
+// DeadFilter selects dead letters; its zero value selects all.
+type DeadFilter struct {
+	// IDs, when set, selects those message ids only.
+	IDs       []string
+	EventType string
+	// AggregateType and AggregateID select an aggregate type, or one
+	// aggregate when both are set.
+	AggregateType, AggregateID string
+	Cause                      string
+	// OlderThan selects the dead letters given up that long ago or more.
+	OlderThan time.Duration
+}
+
+func (f DeadFilter) match(d DeadLetter, now time.Time) bool {
+	switch {
+	case len(f.IDs) > 0 && !slices.Contains(f.IDs, d.MessageID),
+		f.EventType != "" && f.EventType != d.EventType,
+		f.AggregateType != "" && f.AggregateType != d.AggregateType,
+		f.AggregateID != "" && f.AggregateID != d.AggregateID,
+		f.Cause != "" && f.Cause != d.Cause,
+		f.OlderThan > 0 && (d.DeadAt.IsZero() || now.Sub(d.DeadAt) < f.OlderThan):
+		return false
+	}
+	return true
+}
+
+// deadLetterOf reads a dead letter from msg.
+func deadLetterOf(msg *message.Message) DeadLetter {
+	md := msg.Metadata
+	d := DeadLetter{
+		MessageID: msg.UUID, EventType: md.Get(messaging.MetaEventType), TenantID: md.Get(messaging.MetaTenantID),
+		AggregateType: md.Get(messaging.MetaAggregateType), AggregateID: md.Get(messaging.MetaAggregateID),
+		Cause: md.Get(MetaDeadCause), Error: md.Get(MetaDeadReason),
+		Metadata: maps.Clone(map[string]string(md)), Payload: msg.Payload,
+	}
+	d.AggregateVersion, _ = strconv.ParseInt(md.Get(messaging.MetaAggregateVersion), 10, 64)
+	d.Attempts, _ = strconv.Atoi(md.Get(MetaDeadAttempts))
+	d.Replays, _ = strconv.Atoi(md.Get(MetaReplays))
+	d.DeadAt, _ = time.Parse(time.RFC3339Nano, md.Get(MetaDeadAt))
+	if d.Cause == "" {
+		// The broker's own: past the delivery limit.
+		var deaths []struct {
+			Reason string    `json:"reason"`
+			Count  int       `json:"count"`
+			Time   time.Time `json:"time"`
+		}
+		if json.Unmarshal([]byte(md.Get("x-death")), &deaths) == nil && len(deaths) > 0 && deaths[0].Reason == "delivery_limit" {
+			d.Cause, d.Attempts = CausePoison, deaths[0].Count
+			d.Error = "delivered more often than the partition queue's delivery limit"
+			if d.DeadAt.IsZero() {
+				d.DeadAt = deaths[0].Time
+			}
+		}
+	}
+	return d
+}
+
+// DeadLetterQueue is the queue of group's dead letters: "<group>.dead".
+func DeadLetterQueue(group string) string { return group + ".dead" }
+
+// deadLimit bounds how many dead letters one call looks at.
+const deadLimit = 100_000
+
+// ListDeadLetters returns up to limit dead letters of group that f
+// selects, on the RabbitMQ broker of cfg, oldest first, leaving them in
+// the queue.
+//
+// Errors: messaging.ErrQueueNotFound, or the broker's.
+func ListDeadLetters(ctx context.Context, cfg *messaging.AMQPConfig, group string, f DeadFilter, limit int) ([]DeadLetter, error) {
+	var out []DeadLetter
+	now := time.Now()
+	err := messaging.BrowseQueue(ctx, cfg, DeadLetterQueue(group), deadLimit, func(msg *message.Message) (messaging.Browse, error) {
+		if d := deadLetterOf(msg); len(out) < limit && f.match(d, now) {
+			out = append(out, d)
+		}
+		return messaging.Browse{}, nil
+	})
+	return out, err
+}
+
+// ReplayDeadLetters puts the dead letters of group that f selects back
+// into the group's processing, in their order: each is published again to
+// cfg's exchange with its event type as routing key, its id and its
+// headers, without the dead-letter headers and with MetaReplays counted
+// up, then removed from the dead-letter queue once the broker confirmed
+// it. The inbox still skips one that was applied meanwhile. Other groups
+// bound to its event type receive it too, and skip it by the same rule.
+// It returns the dead letters it replayed.
+//
+// Errors: messaging.ErrQueueNotFound, or the broker's.
+func ReplayDeadLetters(ctx context.Context, cfg *messaging.AMQPConfig, group string, f DeadFilter) ([]DeadLetter, error) {
+	var out []DeadLetter
+	now := time.Now()
+	err := messaging.BrowseQueue(ctx, cfg, DeadLetterQueue(group), deadLimit, func(msg *message.Message) (messaging.Browse, error) {
+		d := deadLetterOf(msg)
+		if !f.match(d, now) {
+			return messaging.Browse{}, nil
+		}
+		if d.EventType == "" {
+			return messaging.Browse{}, fmt.Errorf("consumer: dead letter %s has no event type to route it by", d.MessageID)
+		}
+		for _, k := range []string{MetaDeadCause, MetaDeadReason, MetaDeadAt, MetaDeadAttempts, "x-death", "x-first-death-exchange",
+			"x-first-death-queue", "x-first-death-reason", middleware.PoisonedTopicKey, middleware.PoisonedHandlerKey,
+			middleware.PoisonedSubscriberKey} {
+			delete(msg.Metadata, k)
+		}
+		msg.Metadata.Set(MetaReplays, strconv.Itoa(d.Replays+1))
+		out = append(out, d)
+		return messaging.Browse{Republish: d.EventType, Remove: true}, nil
+	})
+	return out, err
+}
+
+// DiscardDeadLetters removes the dead letters of group that f selects and
+// returns them. With the group's HoldBack, release the aggregate of a
+// discarded dead letter (Consumer.Release) so its parked events go on.
+//
+// Errors: messaging.ErrQueueNotFound, or the broker's.
+func DiscardDeadLetters(ctx context.Context, cfg *messaging.AMQPConfig, group string, f DeadFilter) ([]DeadLetter, error) {
+	var out []DeadLetter
+	now := time.Now()
+	err := messaging.BrowseQueue(ctx, cfg, DeadLetterQueue(group), deadLimit, func(msg *message.Message) (messaging.Browse, error) {
+		d := deadLetterOf(msg)
+		if !f.match(d, now) {
+			return messaging.Browse{}, nil
+		}
+		out = append(out, d)
+		return messaging.Browse{Remove: true}, nil
+	})
+	return out, err
+}

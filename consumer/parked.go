@@ -1,0 +1,206 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+
+	"github.com/bentoevents/bento/inbox"
+	"github.com/bentoevents/bento/internal/dberr"
+	"github.com/bentoevents/bento/messaging"
+	"github.com/bentoevents/bento/tenant"
+)
+
+// sweepEvery is how often a partitioned consumer with HoldBack turns
+// expired waits into gap dead letters and applies the parked events of its
+// partitions that nothing holds back any more.
+const sweepEvery = time.Second
+
+// sweepBatch bounds the aggregates one sweep drains.
+const sweepBatch = 100
+
+type partitionCtxKey struct{}
+
+// withPartition records in ctx the partition a message arrived on.
+func withPartition(ctx context.Context, p int) context.Context {
+	return context.WithValue(ctx, partitionCtxKey{}, p)
+}
+
+// partitionOf returns the partition recorded in ctx, or -1.
+func partitionOf(ctx context.Context) int {
+	if p, ok := ctx.Value(partitionCtxKey{}).(int); ok {
+		return p
+	}
+	return -1
+}
+
+// Parked returns up to limit events this consumer group parked instead of
+// applying them out of order (see Config.HoldBack), oldest first: those
+// waiting behind a dead letter ("held"), those waiting for a predecessor
+// ("waiting"), and those that waited past GapTimeout ("gap").
+func (c *Consumer) Parked(ctx context.Context, limit int) ([]inbox.Parked, error) {
+	return c.inbox.ListParked(ctx, limit)
+}
+
+// park parks msg for reason, logging it.
+func (c *Consumer) park(ctx context.Context, msg *message.Message, reason string, cause error) error {
+	if err := c.inbox.Park(ctx, msg, partitionOf(ctx), reason); err != nil {
+		return err
+	}
+	c.cfg.Logger.Info("consumer: event parked until its aggregate's earlier events are applied", "group", c.cfg.Group,
+		"message_id", msg.UUID, "reason", reason, "cause", cause)
+	return nil
+}
+
+// drain applies the parked events of agg in version order, until one
+// cannot be applied yet (or fails) or none is left.
+func (c *Consumer) drain(ctx context.Context, agg inbox.Aggregate) {
+	c.drainMu.Lock()
+	defer c.drainMu.Unlock()
+	for ctx.Err() == nil {
+		p, err := c.inbox.NextParked(ctx, agg)
+		if err != nil {
+			c.cfg.Logger.Warn("consumer: cannot read parked events; the next sweep tries again", "group", c.cfg.Group,
+				"aggregate_id", agg.ID, "err", err)
+			return
+		}
+		if p == nil || !c.applyParked(ctx, p) {
+			return
+		}
+	}
+}
+
+// applyParked tries once to apply p, deleting its row in the transaction
+// that applies it, and reports whether it left inbox_parked (so the next
+// one may follow). A failure that retrying cannot fix, or one that
+// outlasts MaxRetries attempts, dead-letters it and holds its aggregate
+// behind it; others leave it parked for the next sweep.
+func (c *Consumer) applyParked(ctx context.Context, p *inbox.Parked) bool {
+	msg := p.Message()
+	msg.SetContext(withPartition(ctx, p.Partition))
+	st, err := c.inbox.CheckHold(ctx, msg)
+	if err == nil {
+		unpark := func(msg *message.Message) ([]*message.Message, error) {
+			if err := c.inbox.Unpark(msg.Context(), msg.UUID); err != nil {
+				return nil, err
+			}
+			return nil, c.dispatch(msg)
+		}
+		_, err = c.attempt(ctx, msg, middleware.Recoverer(c.inbox.Middleware(unpark)))
+	}
+	switch {
+	case err == nil:
+		// A duplicate was skipped without running unpark: delete it here.
+		if err := c.inbox.Unpark(ctx, p.MessageID); err != nil {
+			c.cfg.Logger.Warn("consumer: applied a parked event but cannot delete it; the next sweep skips it as a duplicate",
+				"group", c.cfg.Group, "message_id", p.MessageID, "err", err)
+			return false
+		}
+		if st.Own {
+			c.unhold(ctx, msg)
+		}
+		return true
+	case ctx.Err() != nil, errors.Is(err, inbox.ErrHeld), errors.Is(err, inbox.ErrGap), dberr.IsTransient(err):
+		return false // not yet, or not now
+	}
+	cause := ""
+	switch {
+	case errors.Is(err, ErrNoHandler) || isDecode(err):
+		cause = CauseDecode
+	case IsPermanent(err):
+		cause = CausePermanent
+	case p.Attempts+1 > c.cfg.MaxRetries:
+		cause = CauseFailed
+	}
+	if cause == "" {
+		if ferr := c.inbox.ParkFailed(ctx, p.MessageID, err); ferr != nil {
+			c.cfg.Logger.Warn("consumer: cannot record a failed attempt at a parked event", "group", c.cfg.Group,
+				"message_id", p.MessageID, "err", ferr)
+		}
+		c.cfg.Logger.Warn("consumer: parked event failed; the next sweep tries again", "group", c.cfg.Group,
+			"message_id", p.MessageID, "attempts", p.Attempts+1, "err", err)
+		return false
+	}
+	// Hold the aggregate behind it before it leaves inbox_parked.
+	if herr := c.inbox.Hold(ctx, msg); herr != nil {
+		c.cfg.Logger.Warn("consumer: cannot hold the aggregate back; keeping the parked event", "group", c.cfg.Group,
+			"message_id", p.MessageID, "err", herr)
+		return false
+	}
+	msg.Metadata.Set(MetaDeadReason, err.Error())
+	markDead(msg, cause, p.Attempts+1)
+	if perr := c.dead.Publish(c.deadTopic, msg); perr != nil {
+		c.cfg.Logger.Warn("consumer: cannot dead-letter a parked event; keeping it", "group", c.cfg.Group,
+			"message_id", p.MessageID, "err", perr)
+		return false
+	}
+	c.cfg.Logger.Error("consumer: parked event dead-lettered", "group", c.cfg.Group, "message_id", p.MessageID,
+		"cause", cause, "err", err)
+	if uerr := c.inbox.Unpark(ctx, p.MessageID); uerr != nil {
+		c.cfg.Logger.Warn("consumer: dead-lettered a parked event but cannot delete it", "group", c.cfg.Group,
+			"message_id", p.MessageID, "err", uerr)
+	}
+	return false
+}
+
+// unhold lifts the hold msg's aggregate was held behind, msg being applied.
+func (c *Consumer) unhold(ctx context.Context, msg *message.Message) {
+	if err := c.inbox.Unhold(ctx, msg); err != nil {
+		c.cfg.Logger.Error("consumer: applied the message its aggregate was held behind, but could not lift the hold; "+
+			"a redelivery of it lifts it", "group", c.cfg.Group, "message_id", msg.UUID, "err", err)
+	}
+}
+
+// sweep turns the waits that outlasted GapTimeout into gap dead letters and
+// applies the parked events of partitions that nothing holds back any more
+// (a hold released, a drain cut short by an outage or a handover).
+func (c *Consumer) sweep(ctx context.Context, partitions []int) {
+	if c.cfg.GapTimeout > 0 {
+		expired, err := c.inbox.ExpireParked(ctx, time.Now().Add(-c.cfg.GapTimeout))
+		if err != nil && ctx.Err() == nil {
+			c.cfg.Logger.Warn("consumer: cannot expire parked events", "group", c.cfg.Group, "err", err)
+		}
+		for _, p := range expired {
+			c.metrics.deadLettered.WithLabelValues(CauseGap).Inc()
+			c.cfg.Logger.Error("consumer: dead letter: an event waited for its predecessor longer than GapTimeout; "+
+				"it stays parked and is applied if the predecessor arrives, or after Release",
+				"group", c.cfg.Group, "message_id", p.MessageID, "cause", CauseGap, "aggregate_type", p.AggregateType,
+				"aggregate_id", p.AggregateID, "version", p.Version, "gap_timeout", c.cfg.GapTimeout)
+		}
+	}
+	aggs, err := c.inbox.ParkedAggregates(ctx, partitions, sweepBatch)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.cfg.Logger.Warn("consumer: cannot list parked events", "group", c.cfg.Group, "err", err)
+		}
+		return
+	}
+	for _, agg := range aggs {
+		c.drain(ctx, agg)
+	}
+}
+
+// parkReason returns how a message refused with err is parked, or "" when
+// it is not refused for its order.
+func parkReason(err error) string {
+	switch {
+	case errors.Is(err, inbox.ErrHeld):
+		return inbox.ParkedHeld
+	case errors.Is(err, inbox.ErrGap):
+		return inbox.ParkedWaiting
+	}
+	return ""
+}
+
+// aggregateOf returns the aggregate msg belongs to.
+func aggregateOf(msg *message.Message) inbox.Aggregate {
+	tid := msg.Metadata.Get(messaging.MetaTenantID)
+	if tid == "" {
+		tid = tenant.Default
+	}
+	return inbox.Aggregate{TenantID: tid, Type: msg.Metadata.Get(messaging.MetaAggregateType),
+		ID: msg.Metadata.Get(messaging.MetaAggregateID)}
+}

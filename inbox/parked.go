@@ -1,0 +1,276 @@
+package inbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"gorm.io/gorm"
+
+	"github.com/bentoevents/bento/tenant"
+	"github.com/bentoevents/bento/uow"
+)
+
+// The reasons an event is parked (Parked.Reason).
+const (
+	// ParkedHeld: an earlier event of the aggregate was dead-lettered (a
+	// hold) or is parked; this one waits behind it.
+	ParkedHeld = "held"
+	// ParkedWaiting: the aggregate's previous version has not been applied
+	// (VersionsContiguous); the event waits for it.
+	ParkedWaiting = "waiting"
+	// ParkedGap: an event that waited for its predecessor longer than the
+	// consumer's gap timeout: a dead letter, to look into, which is still
+	// applied in order if the predecessor turns up.
+	ParkedGap = "gap"
+)
+
+// Parked is an event a partitioned consumer parked in inbox_parked instead
+// of applying it out of order. It is applied, and its row deleted in the
+// same transaction, once nothing earlier of its aggregate is missing.
+type Parked struct {
+	MessageID     string
+	TenantID      string
+	AggregateType string
+	AggregateID   string
+	Version       int64
+	// Partition is the consumer partition the event arrived on.
+	Partition int
+	// Reason is ParkedHeld, ParkedWaiting or ParkedGap.
+	Reason string
+	// Attempts counts the failed attempts at applying it since it was
+	// unparked, and LastError is the last one's error.
+	Attempts  int
+	LastError string
+	ParkedAt  time.Time
+	Metadata  message.Metadata
+	Payload   []byte
+}
+
+// Message returns the parked message, as it was delivered.
+func (p *Parked) Message() *message.Message {
+	msg := message.NewMessage(p.MessageID, p.Payload)
+	for k, v := range p.Metadata {
+		msg.Metadata.Set(k, v)
+	}
+	return msg
+}
+
+// Aggregate names one aggregate of one tenant.
+type Aggregate struct {
+	TenantID, Type, ID string
+}
+
+// parkedRow is the scan target of inbox_parked.
+type parkedRow struct {
+	MessageID     string
+	TenantID      string
+	AggregateType string
+	AggregateID   string
+	Version       int64
+	PartitionNo   int
+	Reason        string
+	Metadata      string
+	Payload       []byte
+	Attempts      int
+	LastError     string
+	ParkedAt      time.Time
+}
+
+func (r parkedRow) parked() (Parked, error) {
+	p := Parked{MessageID: r.MessageID, TenantID: r.TenantID, AggregateType: r.AggregateType, AggregateID: r.AggregateID,
+		Version: r.Version, Partition: r.PartitionNo, Reason: r.Reason, Attempts: r.Attempts, LastError: r.LastError,
+		ParkedAt: r.ParkedAt, Payload: r.Payload}
+	if err := json.Unmarshal([]byte(r.Metadata), &p.Metadata); err != nil {
+		return p, fmt.Errorf("inbox: parked message %s: metadata: %w", r.MessageID, err)
+	}
+	return p, nil
+}
+
+const parkedColumns = `message_id, tenant_id, aggregate_type, aggregate_id, version, partition_no, reason,
+metadata, payload, attempts, last_error, parked_at`
+
+// Park parks msg, which arrived on partition, for reason (ParkedHeld or
+// ParkedWaiting). Parking a message already parked does nothing, so a
+// redelivery of it is harmless. A message without an aggregate cannot be
+// parked.
+func (in *Inbox) Park(ctx context.Context, msg *message.Message, partition int, reason string) error {
+	tid, ref, err := heldRef(msg)
+	if err != nil {
+		return err
+	}
+	if ref.id == "" {
+		return fmt.Errorf("inbox: park message %s: it has no aggregate", msg.UUID)
+	}
+	meta, err := json.Marshal(msg.Metadata)
+	if err != nil {
+		return fmt.Errorf("inbox: park message %s: %w", msg.UUID, err)
+	}
+	payload := msg.Payload
+	if payload == nil {
+		payload = []byte{}
+	}
+	err = in.db.WithContext(ctx).Exec(`INSERT INTO inbox_parked
+(consumer, `+parkedColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, '', ?) ON CONFLICT DO NOTHING`,
+		in.cfg.Consumer, msg.UUID, tid, ref.typ, ref.id, ref.version, partition, reason, string(meta), payload,
+		in.cfg.Now().UTC()).Error
+	if err != nil {
+		return wrapDB("park", err)
+	}
+	return nil
+}
+
+// NextParked returns the parked event of an aggregate with the lowest
+// version, or nil when it has none.
+func (in *Inbox) NextParked(ctx context.Context, agg Aggregate) (*Parked, error) {
+	var rows []parkedRow
+	err := in.db.WithContext(ctx).Raw(`SELECT `+parkedColumns+` FROM inbox_parked
+WHERE consumer = ? AND tenant_id = ? AND aggregate_type = ? AND aggregate_id = ? ORDER BY version, message_id LIMIT 1`,
+		in.cfg.Consumer, agg.TenantID, agg.Type, agg.ID).Scan(&rows).Error
+	if err != nil {
+		return nil, wrapDB("read parked", err)
+	}
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	p, err := rows[0].parked()
+	return &p, err
+}
+
+// ListParked returns up to limit parked events, oldest first.
+func (in *Inbox) ListParked(ctx context.Context, limit int) ([]Parked, error) {
+	var rows []parkedRow
+	err := in.db.WithContext(ctx).Raw(`SELECT `+parkedColumns+` FROM inbox_parked
+WHERE consumer = ? ORDER BY parked_at, aggregate_id, version LIMIT ?`, in.cfg.Consumer, limit).Scan(&rows).Error
+	if err != nil {
+		return nil, wrapDB("list parked", err)
+	}
+	out := make([]Parked, 0, len(rows))
+	for _, r := range rows {
+		p, err := r.parked()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// ParkedAggregates returns up to limit aggregates with parked events that
+// arrived on one of partitions.
+func (in *Inbox) ParkedAggregates(ctx context.Context, partitions []int, limit int) ([]Aggregate, error) {
+	if len(partitions) == 0 {
+		return nil, nil
+	}
+	var out []Aggregate
+	err := in.db.WithContext(ctx).Raw(`SELECT DISTINCT tenant_id, aggregate_type AS type, aggregate_id AS id
+FROM inbox_parked WHERE consumer = ? AND partition_no IN ? LIMIT ?`, in.cfg.Consumer, partitions, limit).Scan(&out).Error
+	if err != nil {
+		return nil, wrapDB("list parked aggregates", err)
+	}
+	return out, nil
+}
+
+// Unpark deletes a parked event, in the transaction ctx carries if there
+// is one (the one applying it), so that it leaves inbox_parked exactly when
+// it is applied.
+func (in *Inbox) Unpark(ctx context.Context, messageID string) error {
+	if err := uow.DB(ctx, in.db).Exec(`DELETE FROM inbox_parked WHERE consumer = ? AND message_id = ?`,
+		in.cfg.Consumer, messageID).Error; err != nil {
+		return wrapDB("unpark", err)
+	}
+	return nil
+}
+
+// ParkFailed records a failed attempt at applying a parked event.
+func (in *Inbox) ParkFailed(ctx context.Context, messageID string, cause error) error {
+	if err := in.db.WithContext(ctx).Exec(`UPDATE inbox_parked SET attempts = attempts + 1, last_error = ?
+WHERE consumer = ? AND message_id = ?`, cause.Error(), in.cfg.Consumer, messageID).Error; err != nil {
+		return wrapDB("record parked failure", err)
+	}
+	return nil
+}
+
+// ExpireParked turns the events that have been waiting for their
+// predecessor since before cutoff into gap dead letters (ParkedWaiting to
+// ParkedGap) and returns them.
+func (in *Inbox) ExpireParked(ctx context.Context, cutoff time.Time) ([]Parked, error) {
+	var rows []parkedRow
+	err := in.db.WithContext(ctx).Raw(`UPDATE inbox_parked SET reason = ?
+WHERE consumer = ? AND reason = ? AND parked_at < ? RETURNING `+parkedColumns,
+		ParkedGap, in.cfg.Consumer, ParkedWaiting, cutoff.UTC()).Scan(&rows).Error
+	if err != nil {
+		return nil, wrapDB("expire parked", err)
+	}
+	out := make([]Parked, 0, len(rows))
+	for _, r := range rows {
+		p, err := r.parked()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// skipGap, under VersionsContiguous, moves an aggregate's watermark up to
+// just below its first parked event when that event waits for versions
+// that were never applied: the operator gave them up (Release). It reports
+// whether it did.
+func (in *Inbox) skipGap(ctx context.Context, tid, aggregateType, aggregateID string) (skipped bool, err error) {
+	if in.cfg.Versions != VersionsContiguous {
+		return false, nil
+	}
+	next, err := in.NextParked(ctx, Aggregate{TenantID: tid, Type: aggregateType, ID: aggregateID})
+	if err != nil || next == nil {
+		return false, err
+	}
+	err = in.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		k := aggKey{tid, aggregateType, aggregateID}
+		rows, err := in.upsertMarks(tx, []aggKey{k}, []int64{0}, "inbox_watermarks.version", "RETURNING version")
+		if err != nil || len(rows) != 1 {
+			return wrapDB("read watermark", errors.Join(err, fmt.Errorf("%d rows", len(rows))))
+		}
+		mark := rows[0].Version
+		if next.Version-1 <= mark {
+			return nil
+		}
+		if _, err := in.upsertMarks(tx, []aggKey{k}, []int64{next.Version - 1}, "excluded.version", ""); err != nil {
+			return wrapDB("skip gap", err)
+		}
+		in.log.Warn("released an aggregate waiting for lost versions; they will be skipped",
+			"tenant_id", tid, "aggregate_type", aggregateType, "aggregate_id", aggregateID,
+			"from_version", mark+1, "to_version", next.Version-1)
+		skipped = true
+		return nil
+	})
+	return skipped, err
+}
+
+// defaultTenant returns tid, or tenant.Default when it is empty.
+func defaultTenant(tid string) string {
+	if tid == "" {
+		return tenant.Default
+	}
+	return tid
+}
+
+// ParkedCounts returns how many events are parked, by reason.
+func (in *Inbox) ParkedCounts(ctx context.Context) (map[string]int, error) {
+	var rows []struct {
+		Reason string
+		N      int
+	}
+	if err := in.db.WithContext(ctx).Raw(`SELECT reason, count(*) AS n FROM inbox_parked WHERE consumer = ? GROUP BY reason`,
+		in.cfg.Consumer).Scan(&rows).Error; err != nil {
+		return nil, wrapDB("count parked", err)
+	}
+	out := make(map[string]int, len(rows))
+	for _, r := range rows {
+		out[r.Reason] = r.N
+	}
+	return out, nil
+}

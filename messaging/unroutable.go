@@ -1,0 +1,66 @@
+package messaging
+
+import (
+	"context"
+	"slices"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// UnroutableQueue is the queue of the events published to exchange that no
+// queue was bound for: "<exchange>.unroutable", behind the exchange's
+// alternate exchange.
+func UnroutableQueue(exchange string) string { return exchange + unroutableSuffix }
+
+// ListUnroutable returns up to limit events parked in the unroutable queue
+// of cfg's exchange whose event type is one of types (all when types is
+// empty), oldest first, leaving them there.
+//
+// Errors: ErrQueueNotFound, ErrInvalidConfig, or the broker's.
+func ListUnroutable(ctx context.Context, cfg *AMQPConfig, types []string, limit int) ([]*message.Message, error) {
+	c, err := cfg.resolve()
+	if err != nil {
+		return nil, err
+	}
+	var out []*message.Message
+	err = BrowseQueue(ctx, c, UnroutableQueue(c.Exchange), unroutableScan, func(msg *message.Message) (Browse, error) {
+		if len(out) < limit && (len(types) == 0 || slices.Contains(types, msg.Metadata.Get(MetaEventType))) {
+			out = append(out, msg)
+		}
+		return Browse{}, nil
+	})
+	return out, err
+}
+
+// unroutableScan bounds how many messages one call looks at.
+const unroutableScan = 100_000
+
+// ReplayUnroutable publishes the parked events of types (all when empty)
+// to cfg's exchange again, with their ids and headers, routed by their
+// event type, and takes them out of the unroutable queue once the broker
+// confirmed: declare the queue of the group that missed them first. An
+// event still routed nowhere comes back to the unroutable queue; it is
+// counted in back, not replayed again. It returns the events republished.
+//
+// Errors: ErrQueueNotFound, ErrInvalidConfig, or the broker's.
+func ReplayUnroutable(ctx context.Context, cfg *AMQPConfig, types []string) (replayed []*message.Message, back int, err error) {
+	c, err := cfg.resolve()
+	if err != nil {
+		return nil, 0, err
+	}
+	seen := map[string]bool{}
+	err = BrowseQueue(ctx, c, UnroutableQueue(c.Exchange), unroutableScan, func(msg *message.Message) (Browse, error) {
+		if seen[msg.UUID] {
+			back++
+			return Browse{}, nil
+		}
+		et := msg.Metadata.Get(MetaEventType)
+		if et == "" || (len(types) > 0 && !slices.Contains(types, et)) {
+			return Browse{}, nil
+		}
+		seen[msg.UUID] = true
+		replayed = append(replayed, msg)
+		return Browse{Republish: et, Remove: true}, nil
+	})
+	return replayed, back, err
+}

@@ -1,0 +1,56 @@
+package messaging_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bentoevents/bento/messaging"
+)
+
+// TestUnroutableEventsCanBeReplayedOnceTheirQueueExists: an event no queue
+// is bound for waits in the unroutable queue; listing leaves it there; a
+// replay before any queue exists brings it straight back (counted, not
+// lost); once a group's queue is declared, a replay delivers it there with
+// its id and takes it out of the unroutable queue.
+func TestUnroutableEventsCanBeReplayedOnceTheirQueueExists(t *testing.T) {
+	t.Parallel()
+	r := setupRabbit(t)
+	pub := r.publisher()
+	late := message.NewMessage("late-1", []byte(`{"n":1}`))
+	late.Metadata.Set(messaging.MetaEventType, "late.event")
+	require.NoError(t, pub.Publish("late.event", late))
+	other := message.NewMessage("other-1", []byte(`{}`))
+	other.Metadata.Set(messaging.MetaEventType, "other.event")
+	require.NoError(t, pub.Publish("other.event", other))
+	unroutable := messaging.UnroutableQueue(r.name)
+	require.Eventually(t, func() bool { return r.depth(unroutable) == 2 }, waitFor, 20*time.Millisecond)
+
+	ctx := t.Context()
+	parked, err := messaging.ListUnroutable(ctx, r.cfg, []string{"late.event"}, 10)
+	require.NoError(t, err)
+	require.Len(t, parked, 1)
+	assert.Equal(t, "late-1", parked[0].UUID)
+	assert.Equal(t, 2, r.depth(unroutable), "listing leaves them")
+
+	replayed, back, err := messaging.ReplayUnroutable(ctx, r.cfg, []string{"late.event"})
+	require.NoError(t, err)
+	assert.Len(t, replayed, 1)
+	assert.Equal(t, 1, back, "no queue yet: it came straight back")
+	require.Eventually(t, func() bool { return r.depth(unroutable) == 2 }, waitFor, 20*time.Millisecond)
+
+	queue := r.name + ".late-group"
+	require.NoError(t, messaging.DeclareQueue(ctx, r.cfg, queue, "late.*"))
+	t.Cleanup(func() { _, _ = r.ch.QueueDelete(queue, false, false, false) })
+	replayed, back, err = messaging.ReplayUnroutable(ctx, r.cfg, []string{"late.event"})
+	require.NoError(t, err)
+	assert.Len(t, replayed, 1)
+	assert.Zero(t, back)
+	require.Eventually(t, func() bool { return r.depth(queue) == 1 }, waitFor, 20*time.Millisecond)
+	d := r.get(queue)
+	assert.Equal(t, "late-1", d.MessageId, "its id kept")
+	assert.Equal(t, 1, r.depth(unroutable), "the other event stays parked")
+}
