@@ -38,8 +38,11 @@
 //     what is routed to it until a consumer acks it, even while no consumer
 //     is attached.
 //   - [MemoryBus.Publish] copies each message into every queue with a matching
-//     binding. When none matches it fails with [ErrUnroutable] and delivers
-//     nothing, so a relay never counts an unroutable event as published.
+//     binding. When none matches it parks the message in the alternate queue
+//     [MemoryUnroutableQueue], as RabbitMQ parks it in [UnroutableQueue], so
+//     an event no group consumes does not hold back its aggregate. Without an
+//     alternate queue ([MemoryBus.DeclareAlternate] with "") it fails with
+//     [ErrUnroutable] and delivers nothing.
 //   - [MemoryBus.Subscriber] consumes a group's queue. Subscriptions of one
 //     group compete for its messages; each delivers one message at a time,
 //     waits for Ack or Nack, and a nacked message is redelivered with the same

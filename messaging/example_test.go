@@ -56,11 +56,20 @@ func ExampleMemoryBus() {
 	fmt.Println(env.CorrelationID == env.ID, string(env.Payload))
 	m.Ack()
 
-	// Nobody is bound to invoice events: the bus refuses them.
-	err = bus.Publish("invoice.sent", msg)
-	fmt.Println(err)
+	// Nobody is bound to invoice events: the bus parks them in its
+	// alternate queue, as RabbitMQ does, where an operator can read them.
+	if err := bus.Publish("invoice.sent", msg); err != nil {
+		panic(err)
+	}
+	parked, err := bus.Subscriber(messaging.MemoryUnroutableQueue).Subscribe(ctx, "")
+	if err != nil {
+		panic(err)
+	}
+	p := <-parked
+	fmt.Println("parked:", p.UUID)
+	p.Ack()
 	// Output:
 	// 01JD3ZQ8Y7C1W4K3M5N6P7Q8R9 order.paid o-1 3
 	// true {"order_id":"o-1","amount_cents":1200}
-	// publish to "invoice.sent": messaging: unroutable message: no queue is bound to a matching pattern
+	// parked: 01JD3ZQ8Y7C1W4K3M5N6P7Q8R9
 }

@@ -48,16 +48,27 @@ func (b *MemoryBus) declared(queue string) bool {
 	return b.queues[queue] != nil
 }
 
-// DeclareAlternate declares queue as the bus's alternate queue, like a
-// RabbitMQ alternate exchange: a message no binding matches goes there
-// instead of being refused with ErrUnroutable. Read it with
-// Subscriber(queue). Calling it again replaces the alternate queue.
+// MemoryUnroutableQueue is the alternate queue a new [MemoryBus] declares:
+// it keeps the messages no binding matches, as the alternate exchange
+// bento declares on RabbitMQ keeps them in [UnroutableQueue].
+const MemoryUnroutableQueue = "bento.unroutable"
+
+// DeclareAlternate makes queue the bus's alternate queue, like a RabbitMQ
+// alternate exchange: a message no binding matches goes there instead of
+// being refused with ErrUnroutable. Read it with Subscriber(queue). A new
+// bus has [MemoryUnroutableQueue]; calling DeclareAlternate replaces it,
+// and an empty queue name removes it, so that such a message fails to
+// publish with ErrUnroutable.
 func (b *MemoryBus) DeclareAlternate(queue string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if queue == "" {
+		b.alternate = nil
+		return nil
+	}
 	if err := validateGroup(queue); err != nil {
 		return fmt.Errorf("declare alternate: %w", err)
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	q, err := b.declareLocked(queue, nil)
 	if err != nil {
 		return err
@@ -120,13 +131,18 @@ type memQueue struct {
 	standby []chan *message.Message
 }
 
-// NewMemoryBus returns an empty bus.
+// NewMemoryBus returns a bus with no consumer queues and the alternate
+// queue [MemoryUnroutableQueue], so an event no group consumes is parked
+// there, as on RabbitMQ, instead of failing to publish. Parked messages stay
+// in memory until a subscriber of that queue acks them.
 func NewMemoryBus() *MemoryBus {
+	alt := &memQueue{name: MemoryUnroutableQueue}
 	return &MemoryBus{
-		queues:      map[string]*memQueue{},
+		queues:      map[string]*memQueue{alt.name: alt},
 		routes:      map[string][]route{},
 		partitioned: map[string]*partitionSet{},
 		done:        make(chan struct{}),
+		alternate:   alt,
 	}
 }
 
@@ -170,10 +186,10 @@ func (b *MemoryBus) declareLocked(group string, patterns []string) (*memQueue, e
 // bound to a matching pattern; each queue gets its own copy. Publish
 // implements message.Publisher; it does not block on consumers.
 //
-// When no queue matches, the message goes to the alternate queue if one is
-// declared (DeclareAlternate); otherwise Publish returns an error wrapping
-// [ErrUnroutable] and delivers nothing, so that a relay does not count the
-// message as published.
+// When no queue matches, the message goes to the alternate queue
+// ([MemoryUnroutableQueue] unless DeclareAlternate changed it); with none,
+// Publish returns an error wrapping [ErrUnroutable] and delivers nothing, so
+// that a relay does not count the message as published.
 // It returns an error wrapping [ErrInvalidName] for a malformed topic, and
 // [ErrClosed] after Close.
 func (b *MemoryBus) Publish(topic string, msgs ...*message.Message) error {

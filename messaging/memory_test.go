@@ -62,6 +62,7 @@ func msg(id string) *message.Message {
 func TestMemoryBusRoutesByPatternToEachGroup(t *testing.T) {
 	t.Parallel()
 	b := newBus(t)
+	require.NoError(t, b.DeclareAlternate("")) // refuse what no binding matches
 	billing := subscribe(t, b.Subscriber("billing", "order.*", "end"))
 	audit := subscribe(t, b.Subscriber("audit", "#.paid", "end"))
 
@@ -218,6 +219,7 @@ func TestMemoryBusNackRedelivers(t *testing.T) {
 func TestMemoryBusUnroutable(t *testing.T) {
 	t.Parallel()
 	b := newBus(t)
+	require.NoError(t, b.DeclareAlternate("")) // refuse what no binding matches
 	err := b.Publish("invoice.sent", msg("lost"))
 	require.ErrorIs(t, err, messaging.ErrUnroutable)
 
@@ -408,22 +410,29 @@ func TestMemoryBusAlternateQueue(t *testing.T) {
 	t.Parallel()
 	bus := messaging.NewMemoryBus()
 	defer bus.Close()
-	require.ErrorIs(t, bus.Publish("nobody.listens", message.NewMessage("m-1", []byte(`{}`))), messaging.ErrUnroutable)
-	require.NoError(t, bus.DeclareAlternate("unroutable"))
+	// A new bus parks what no binding matches in MemoryUnroutableQueue.
 	require.NoError(t, bus.DeclareQueue("g", "order.*"))
-	require.NoError(t, bus.Publish("nobody.listens", message.NewMessage("m-2", []byte(`{}`))))
-	require.NoError(t, bus.Publish("order.paid", message.NewMessage("m-3", []byte(`{}`))))
+	require.NoError(t, bus.Publish("nobody.listens", message.NewMessage("m-1", []byte(`{}`))))
+	require.NoError(t, bus.Publish("order.paid", message.NewMessage("m-2", []byte(`{}`))))
+	// Another alternate queue replaces it; "" removes it.
+	require.NoError(t, bus.DeclareAlternate("unroutable"))
+	require.NoError(t, bus.Publish("nobody.listens", message.NewMessage("m-3", []byte(`{}`))))
+	require.NoError(t, bus.DeclareAlternate(""))
+	require.ErrorIs(t, bus.Publish("nobody.listens", message.NewMessage("m-4", []byte(`{}`))), messaging.ErrUnroutable)
+	require.ErrorIs(t, bus.DeclareAlternate("bad name!"), messaging.ErrInvalidName)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	alt, err := bus.Subscriber("unroutable").Subscribe(ctx, "")
-	require.NoError(t, err)
-	m := <-alt
-	assert.Equal(t, "m-2", m.UUID, "only what no binding matched")
-	m.Ack()
-	select {
-	case extra := <-alt:
-		t.Fatalf("routed message %s reached the alternate queue", extra.UUID)
-	case <-time.After(50 * time.Millisecond):
+	for queue, want := range map[string]string{messaging.MemoryUnroutableQueue: "m-1", "unroutable": "m-3"} {
+		alt, err := bus.Subscriber(queue).Subscribe(ctx, "")
+		require.NoError(t, err)
+		m := <-alt
+		assert.Equal(t, want, m.UUID, "%s: only what no binding matched", queue)
+		m.Ack()
+		select {
+		case extra := <-alt:
+			t.Fatalf("%s: message %s should not be there", queue, extra.UUID)
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }

@@ -1,5 +1,7 @@
 // Package embeddb opens the embedded default database: a pure-Go SQLite file
-// configured for bento's access pattern.
+// configured for bento's access pattern. Package embedded exports it; the
+// implementation lives here so that internal test helpers can use it
+// without importing a public package.
 package embeddb
 
 import (
@@ -26,8 +28,13 @@ func DSN(path string) string {
 	return path + "?" + unescapeParens(q.Encode())
 }
 
-// Open opens (creating if needed) the SQLite database file at path. A nil
-// cfg uses a silent GORM logger.
+// MaxOpenConns is how many connections Open allows its pool. SQLite has one
+// writer at a time; a few connections let reads run beside it.
+const MaxOpenConns = 4
+
+// Open opens (creating if needed) the SQLite database file at path with
+// DSN and at most MaxOpenConns connections. A nil cfg uses a silent GORM
+// logger.
 func Open(path string, cfg *gorm.Config) (*gorm.DB, error) {
 	if cfg == nil {
 		cfg = &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)}
@@ -38,9 +45,9 @@ func Open(path string, cfg *gorm.Config) (*gorm.DB, error) {
 	}
 	sqlDB, err := db.DB()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}
-	sqlDB.SetMaxOpenConns(4)
+	sqlDB.SetMaxOpenConns(MaxOpenConns)
 	return db, nil
 }
 
