@@ -13,9 +13,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/consumer"
-	"github.com/bentoevents/bento/idempotency"
-	"github.com/bentoevents/bento/inbox"
-	"github.com/bentoevents/bento/internal/embeddb"
+	"github.com/bentoevents/bento/embedded"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
 	"github.com/bentoevents/bento/projector"
@@ -31,10 +29,6 @@ type Options struct {
 	// DrainTimeout bounds Drain. Defaults to 10s.
 	DrainTimeout time.Duration
 }
-
-// UnroutableQueue is the env bus's alternate queue: it receives the events
-// that no consumer group is bound to.
-const UnroutableQueue = "bentotest.unroutable"
 
 // Env is an in-memory bento for one test: SQLite in a temporary directory
 // with the outbox, inbox and idempotency tables, the in-memory bus, a
@@ -74,56 +68,33 @@ func New(t TB, opts *Options) *Env {
 		t.Fatalf("bentotest: temp dir: %v", err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	db, err := embeddb.Open(filepath.Join(dir, "bento.db"), nil)
-	if err != nil {
-		t.Fatalf("bentotest: %v", err)
-	}
-	t.Cleanup(func() {
-		if sqlDB, err := db.DB(); err == nil {
-			_ = sqlDB.Close()
-		}
-	})
-	ctx := context.Background()
-	for _, m := range []func(context.Context, *gorm.DB) error{outbox.Migrate, inbox.Migrate, idempotency.Migrate} {
-		if err := m(ctx, db); err != nil {
-			t.Fatalf("bentotest: migrate: %v", err)
-		}
-	}
 	clock := NewClock(start)
-	store, err := outbox.NewStore(db, &outbox.Config{Stamper: clock})
-	if err != nil {
-		t.Fatalf("bentotest: %v", err)
-	}
-	units, err := uow.New(db, &uow.Config{Outbox: store, Tenant: opts.Tenant})
-	if err != nil {
-		t.Fatalf("bentotest: %v", err)
-	}
-	e := &Env{DB: db, Bus: messaging.NewMemoryBus(), Units: units, Outbox: store, Clock: clock, drainTimeout: opts.DrainTimeout}
+	// The bus parks events no started consumer is bound to in
+	// messaging.MemoryUnroutableQueue, as RabbitMQ's alternate exchange
+	// does in production.
+	bus := messaging.NewMemoryBus()
+	t.Cleanup(func() { _ = bus.Close() })
+	e := &Env{Bus: bus, Clock: clock, drainTimeout: opts.DrainTimeout}
 	if e.drainTimeout <= 0 {
 		e.drainTimeout = 10 * time.Second
-	}
-	t.Cleanup(func() { _ = e.Bus.Close() })
-	// Events no started consumer is bound to are published to an alternate
-	// queue, as RabbitMQ's alternate exchange does in production.
-	if err := e.Bus.DeclareAlternate(UnroutableQueue); err != nil {
-		t.Fatalf("bentotest: %v", err)
-	}
-	// The projector judges what is due by the later of the fake clock and
-	// the real one, so rows written by code with its own unit-of-work
-	// manager (on the system clock) are relayed too.
-	relayStore, err := outbox.NewStore(db, &outbox.Config{Stamper: dueClock{clock}})
-	if err != nil {
-		t.Fatalf("bentotest: %v", err)
 	}
 	cfg := projector.DefaultConfig()
 	cfg.Logger = quiet
 	cfg.DisableNotify = true
 	cfg.WorkerID = "bentotest"
 	cfg.MaxAttempts = 3
-	e.Projector, err = projector.New(relayStore, recordingPublisher{e}, cfg)
+	stack, err := embedded.Open(context.Background(), &embedded.Config{
+		Path:      filepath.Join(dir, "bento.db"),
+		Publisher: recordingPublisher{e},
+		Outbox:    &outbox.Config{Stamper: clock},
+		Units:     &uow.Config{Tenant: opts.Tenant},
+		Projector: cfg,
+	})
 	if err != nil {
 		t.Fatalf("bentotest: %v", err)
 	}
+	t.Cleanup(func() { _ = stack.Close() })
+	e.DB, e.Units, e.Outbox, e.Projector = stack.DB, stack.Units, stack.Outbox, stack.Projector
 	return e
 }
 
@@ -136,18 +107,6 @@ func (e *Env) Migrate(t TB, models ...any) {
 		t.Fatalf("bentotest: migrate models: %v", err)
 	}
 }
-
-// dueClock is the projector's clock: the later of the fake and real times.
-type dueClock struct{ c *Clock }
-
-func (d dueClock) Now() time.Time {
-	if real := time.Now().UTC(); real.After(d.c.Now()) {
-		return real
-	}
-	return d.c.Now()
-}
-
-func (d dueClock) NewID(t time.Time) string { return d.c.NewID(t) }
 
 // recordingPublisher publishes to the bus and remembers what it accepted.
 type recordingPublisher struct{ e *Env }
@@ -214,8 +173,9 @@ func (e *Env) Start(t TB, c *consumer.Consumer) {
 type DrainResult struct {
 	// Published is how many events the projector published.
 	Published int
-	// Failed is how many publishes failed (for example no consumer group is
-	// bound to the event's topic, so the bus refused it).
+	// Failed is how many publishes failed. An event no consumer group is
+	// bound to does not fail: the bus parks it in
+	// messaging.MemoryUnroutableQueue.
 	Failed int
 }
 

@@ -8,11 +8,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/glebarez/sqlite"
-	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
-
 	"github.com/bentoevents/bento/consumer"
+	"github.com/bentoevents/bento/embedded"
 	"github.com/bentoevents/bento/inbox"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
@@ -29,7 +26,7 @@ func ExampleConsumer() {
 	defer cancel()
 	dir, _ := os.MkdirTemp("", "bento-inbox")
 	defer os.RemoveAll(dir)
-	db, err := gorm.Open(sqlite.Open(filepath.Join(dir, "app.db")+"?_txlock=immediate"), &gorm.Config{Logger: logger.Discard})
+	db, err := embedded.OpenSQLite(filepath.Join(dir, "app.db"), nil)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -10,14 +10,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/glebarez/sqlite"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
-	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
 	"github.com/bentoevents/bento/consumer"
+	"github.com/bentoevents/bento/embedded"
 	"github.com/bentoevents/bento/inbox"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
@@ -42,7 +40,7 @@ func Example_tracing() {
 
 	dir, _ := os.MkdirTemp("", "bento-trace")
 	defer os.RemoveAll(dir)
-	db, err := gorm.Open(sqlite.Open(filepath.Join(dir, "app.db")+"?_txlock=immediate"), &gorm.Config{Logger: logger.Discard})
+	db, err := embedded.OpenSQLite(filepath.Join(dir, "app.db"), nil)
 	if err != nil {
 		log.Fatal(err)
 	}

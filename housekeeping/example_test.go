@@ -7,10 +7,9 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/glebarez/sqlite"
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
+	"github.com/bentoevents/bento/embedded"
 	"github.com/bentoevents/bento/housekeeping"
 	"github.com/bentoevents/bento/idempotency"
 	"github.com/bentoevents/bento/inbox"
@@ -22,7 +21,7 @@ import (
 func ExampleRun() {
 	dir, _ := os.MkdirTemp("", "housekeeping")
 	defer os.RemoveAll(dir)
-	db, err := gorm.Open(sqlite.Open(filepath.Join(dir, "app.db")+"?_txlock=immediate"), &gorm.Config{Logger: logger.Discard})
+	db, err := embedded.OpenSQLite(filepath.Join(dir, "app.db"), nil)
 	if err != nil {
 		panic(err)
 	}

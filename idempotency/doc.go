@@ -97,8 +97,8 @@
 // each other.
 //
 // On SQLite, which has one writer at a time, ledger transactions begin with
-// BEGIN IMMEDIATE (open the database with _txlock=immediate, as bento's
-// embedded default does) on a connection whose busy timeout is LockTimeout
+// BEGIN IMMEDIATE (open the database with embedded.OpenSQLite, which sets
+// that up) on a connection whose busy timeout is LockTimeout
 // for the duration of the transaction. A repeat therefore waits for the
 // database's write lock, held by the first request until it commits; so
 // does any other keyed request, whatever its key, and LockTimeout bounds

@@ -11,10 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/glebarez/sqlite"
-	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
-
+	"github.com/bentoevents/bento/embedded"
 	"github.com/bentoevents/bento/idempotency"
 	"github.com/bentoevents/bento/uow"
 )
@@ -29,7 +26,7 @@ func ExampleLedger_Middleware() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "bento-idempotency")
 	defer os.RemoveAll(dir)
-	db, err := gorm.Open(sqlite.Open(filepath.Join(dir, "app.db")+"?_txlock=immediate"), &gorm.Config{Logger: logger.Discard})
+	db, err := embedded.OpenSQLite(filepath.Join(dir, "app.db"), nil)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -32,8 +32,8 @@ type Ledger struct {
 
 // New returns a ledger over db, a PostgreSQL or SQLite *gorm.DB with the
 // ledger's table created by Migrate. A nil cfg means defaults. On SQLite,
-// open db with transactions that begin IMMEDIATE (_txlock=immediate, as
-// bento's embedded default does); see the package documentation.
+// open db with embedded.OpenSQLite, whose transactions begin IMMEDIATE; see
+// the package documentation.
 //
 // Errors: ErrInvalidConfig, naming each bad field.
 func New(db *gorm.DB, cfg *Config) (*Ledger, error) {

@@ -9,10 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/glebarez/sqlite"
-	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
-
+	"github.com/bentoevents/bento/embedded"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
 	"github.com/bentoevents/bento/projector"
@@ -23,7 +20,7 @@ func ExampleOutboxProjector() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "bento-projector")
 	defer os.RemoveAll(dir)
-	db, err := gorm.Open(sqlite.Open(filepath.Join(dir, "app.db")), &gorm.Config{Logger: logger.Discard})
+	db, err := embedded.OpenSQLite(filepath.Join(dir, "app.db"), nil)
 	if err != nil {
 		log.Fatal(err)
 	}

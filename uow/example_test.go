@@ -8,11 +8,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/glebarez/sqlite"
-	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
-
 	"github.com/bentoevents/bento/aggregate"
+	"github.com/bentoevents/bento/embedded"
 	"github.com/bentoevents/bento/outbox"
 	"github.com/bentoevents/bento/uow"
 )
@@ -78,7 +75,7 @@ func Example() {
 	defer os.RemoveAll(dir)
 
 	// Any PostgreSQL or SQLite *gorm.DB will do.
-	db, err := gorm.Open(sqlite.Open(filepath.Join(dir, "shop.db")), &gorm.Config{Logger: logger.Discard})
+	db, err := embedded.OpenSQLite(filepath.Join(dir, "shop.db"), nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -132,7 +129,7 @@ func ExampleOwned() {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	db, err := gorm.Open(sqlite.Open(filepath.Join(dir, "shop.db")), &gorm.Config{Logger: logger.Discard})
+	db, err := embedded.OpenSQLite(filepath.Join(dir, "shop.db"), nil)
 	if err != nil {
 		log.Fatal(err)
 	}

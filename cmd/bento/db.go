@@ -12,7 +12,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
-	"github.com/bentoevents/bento/internal/embeddb"
+	"github.com/bentoevents/bento/embedded"
 	"github.com/bentoevents/bento/outbox"
 )
 
@@ -40,7 +40,7 @@ func (c *cli) open(ctx context.Context) (*gorm.DB, error) {
 		if path == "" {
 			return nil, usagef("DATABASE_URL %q names no SQLite file: use sqlite:PATH", raw)
 		}
-		db, err = embeddb.Open(path, quiet)
+		db, err = embedded.OpenSQLite(path, quiet)
 	default:
 		return nil, usagef("DATABASE_URL %s: unsupported database; use postgres://... or sqlite:PATH", redact(raw))
 	}

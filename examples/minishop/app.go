@@ -14,9 +14,6 @@ import (
 	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/examples/minishop/inventory"
 	"github.com/bentoevents/bento/examples/minishop/order"
-	"github.com/bentoevents/bento/idempotency"
-	"github.com/bentoevents/bento/inbox"
-	"github.com/bentoevents/bento/outbox"
 	"github.com/bentoevents/bento/uow"
 )
 
@@ -29,46 +26,27 @@ type App struct {
 	log     *slog.Logger
 	metrics *prometheus.Registry
 	catalog order.Catalog
-	// wake, when set, is called after commits (the in-process projector's
-	// Wake on the embedded default).
-	wake func()
 	// consumers are the consumers this process runs, for /readyz.
 	consumers []*consumer.Consumer
 }
 
-// newApp builds the App over db and b.
-func newApp(db *gorm.DB, b *bus, log *slog.Logger) (*App, error) {
+// newRegistry returns the registry /metrics serves: bento's collectors
+// register there, with Go's and the process's.
+func newRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	a := &App{db: db, bus: b, log: log, metrics: reg, catalog: order.DefaultCatalog()}
-	units, err := uow.New(db, &uow.Config{
-		Producer:   "minishop",
-		Registerer: reg,
-		AfterCommit: func(int) {
-			if a.wake != nil {
-				a.wake()
-			}
-		},
-	})
-	if err != nil {
-		return nil, err
-	}
-	a.units = units
-	return a, nil
+	return reg
 }
 
-// Migrate creates every table minishop uses and seeds the catalog's stock.
-// It is idempotent and safe to run from several processes.
+// newApp builds the App over db, whose units of work units runs, and b.
+func newApp(db *gorm.DB, units *uow.Manager, b *bus, log *slog.Logger, reg *prometheus.Registry) *App {
+	return &App{db: db, units: units, bus: b, log: log, metrics: reg, catalog: order.DefaultCatalog()}
+}
+
+// Migrate creates minishop's own tables (bento's are created by
+// embedded.Open) and seeds the catalog's stock. It is idempotent and safe to
+// run from several processes.
 func (a *App) Migrate(ctx context.Context) error {
-	if err := outbox.Migrate(ctx, a.db); err != nil {
-		return err
-	}
-	if err := inbox.Migrate(ctx, a.db); err != nil {
-		return err
-	}
-	if err := idempotency.Migrate(ctx, a.db); err != nil {
-		return err
-	}
 	if err := a.db.WithContext(ctx).AutoMigrate(&order.Order{}, &inventory.Stock{}, &inventory.Reservation{}, &Notification{}); err != nil {
 		return fmt.Errorf("migrate minishop tables: %w", err)
 	}

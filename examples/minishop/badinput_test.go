@@ -17,7 +17,7 @@ import (
 // creates an order, reserves stock or queues an event.
 func TestBadOrdersAreRefused(t *testing.T) {
 	t.Parallel()
-	p := embedded(t)
+	p := startEmbedded(t)
 	item := func(sku, qty string) string { return `{"sku":"` + sku + `","qty":` + qty + `}` }
 	orderOf := func(customer string, items ...string) string {
 		return `{"customer_id":"` + customer + `","items":[` + strings.Join(items, ",") + `]}`

@@ -34,30 +34,29 @@ type bus struct {
 	amqp *messaging.AMQPConfig
 }
 
-// openBus connects to RabbitMQ when amqpURL is set (exchange from
-// MINISHOP_EXCHANGE, default minishop.events), else uses the in-memory bus.
-func openBus(ctx context.Context, log *slog.Logger, amqpURL string) (*bus, error) {
-	if amqpURL == "" {
-		mem := messaging.NewMemoryBus()
-		// Events no group consumes (stock.reserved, stock.released) go to
-		// an alternate queue, as they go to the alternate exchange on
-		// RabbitMQ, instead of failing as unroutable.
-		if err := mem.DeclareAlternate("minishop.unroutable"); err != nil {
+// memoryBus is minishop's wiring of the in-memory bus mem: each group's
+// partition queues. An event no group consumes (stock.reserved,
+// stock.released) goes to mem's alternate queue, as it goes to the
+// alternate exchange on RabbitMQ, instead of failing as unroutable.
+func memoryBus(mem *messaging.MemoryBus) (*bus, error) {
+	for group, topics := range groupBindings {
+		if err := mem.DeclarePartitions(group, consumer.DefaultPartitions, topics...); err != nil {
 			return nil, err
 		}
-		for group, topics := range groupBindings {
-			if err := mem.DeclarePartitions(group, consumer.DefaultPartitions, topics...); err != nil {
-				return nil, err
-			}
-		}
-		return &bus{
-			pub: mem,
-			newConsumer: func(db *gorm.DB, cfg *consumer.Config) (*consumer.Consumer, error) {
-				return consumer.NewMemory(db, mem, cfg)
-			},
-			close: func() { _ = mem.Close() },
-		}, nil
 	}
+	return &bus{
+		pub: mem,
+		newConsumer: func(db *gorm.DB, cfg *consumer.Config) (*consumer.Consumer, error) {
+			return consumer.NewMemory(db, mem, cfg)
+		},
+		close: func() {},
+	}, nil
+}
+
+// openAMQP connects to RabbitMQ at amqpURL, on the exchange named by
+// MINISHOP_EXCHANGE (default minishop.events), and declares every group's
+// partition queues.
+func openAMQP(ctx context.Context, log *slog.Logger, amqpURL string) (*bus, error) {
 	exchange := os.Getenv("MINISHOP_EXCHANGE")
 	if exchange == "" {
 		exchange = "minishop.events"

@@ -15,6 +15,7 @@ import (
 	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/examples/minishop/inventory"
 	"github.com/bentoevents/bento/examples/minishop/order"
+	"github.com/bentoevents/bento/uow"
 )
 
 // These tests run minishop's commands and consumers in process with
@@ -31,8 +32,10 @@ func newKitApp(t *testing.T) (*bentotest.Env, *App) {
 		},
 		close: func() {},
 	}
-	a, err := newApp(env.DB, b, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	// minishop's own units of work, on the system clock, as in production.
+	units, err := uow.New(env.DB, &uow.Config{Producer: "minishop"})
 	require.NoError(t, err)
+	a := newApp(env.DB, units, b, slog.New(slog.NewTextHandler(io.Discard, nil)), newRegistry())
 	require.NoError(t, a.Migrate(context.Background()))
 	inv, err := a.inventoryConsumer()
 	require.NoError(t, err)

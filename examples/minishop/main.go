@@ -44,9 +44,10 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/bentoevents/bento/embedded"
 	"github.com/bentoevents/bento/housekeeping"
-	"github.com/bentoevents/bento/internal/embeddb"
 	"github.com/bentoevents/bento/projector"
+	"github.com/bentoevents/bento/uow"
 )
 
 func main() {
@@ -126,32 +127,50 @@ func describe(dbURL, amqpURL, path string) string {
 	return msg
 }
 
-func openDB(dbURL, path string) (*gorm.DB, error) {
-	quiet := &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)}
-	if dbURL != "" {
-		return gorm.Open(postgres.Open(dbURL), quiet)
-	}
-	return embeddb.Open(path, quiet)
-}
-
 // serve runs mode until ctx ends.
 func serve(ctx context.Context, log *slog.Logger, mode, addr, dbURL, amqpURL, path string) error {
-	db, err := openDB(dbURL, path)
-	if err != nil {
-		return fmt.Errorf("open database: %w", err)
+	reg := newRegistry()
+	pcfg := projector.DefaultConfig()
+	pcfg.Logger = log
+	pcfg.Registerer = reg
+	cfg := &embedded.Config{
+		Path:      path,
+		Units:     &uow.Config{Producer: "minishop", Registerer: reg},
+		Projector: pcfg,
 	}
-	if sqlDB, err := db.DB(); err == nil {
-		defer sqlDB.Close()
+	if dbURL != "" {
+		db, err := gorm.Open(postgres.Open(dbURL), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
+		if err != nil {
+			return fmt.Errorf("open database: %w", err)
+		}
+		if sqlDB, err := db.DB(); err == nil {
+			defer sqlDB.Close()
+		}
+		cfg.DB = db
 	}
-	b, err := openBus(ctx, log, amqpURL)
-	if err != nil {
-		return fmt.Errorf("open bus: %w", err)
+	var b *bus
+	if amqpURL != "" {
+		var err error
+		if b, err = openAMQP(ctx, log, amqpURL); err != nil {
+			return fmt.Errorf("open bus: %w", err)
+		}
+		defer b.close()
+		cfg.Publisher = b.pub
 	}
-	defer b.close()
-	a, err := newApp(db, b, log)
+	// One call wires the database (bento's tables included), the outbox,
+	// the projector and the units of work; on the embedded default also the
+	// in-memory bus.
+	stack, err := embedded.Open(ctx, cfg)
 	if err != nil {
 		return err
 	}
+	defer stack.Close()
+	if b == nil {
+		if b, err = memoryBus(stack.Bus); err != nil {
+			return fmt.Errorf("open bus: %w", err)
+		}
+	}
+	a := newApp(stack.DB, stack.Units, b, log, reg)
 	if err := a.Migrate(ctx); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
@@ -189,15 +208,7 @@ func serve(ctx context.Context, log *slog.Logger, mode, addr, dbURL, amqpURL, pa
 		}
 	}
 	if mode == "all" || mode == "relay" {
-		cfg := projector.DefaultConfig()
-		cfg.Logger = log
-		cfg.Registerer = a.metrics
-		p, err := projector.New(a.units.Outbox(), b.pub, cfg)
-		if err != nil {
-			return err
-		}
-		a.wake = p.Wake
-		start("relay", p.Run)
+		start("relay", stack.Projector.Run)
 		// Retention and partition maintenance, one instance at a time.
 		start("housekeeping", func(ctx context.Context) error {
 			return housekeeping.Run(ctx, &housekeeping.Config{DB: a.db, Logger: log, Registerer: a.metrics, Unroutable: b.amqp})

@@ -158,14 +158,14 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 	}
 }
 
-// embedded starts minishop on a fresh SQLite file and the in-memory bus.
-func embedded(t *testing.T) *proc {
+// startEmbedded starts minishop on a fresh SQLite file and the in-memory bus.
+func startEmbedded(t *testing.T) *proc {
 	t.Helper()
 	p, _ := embeddedAt(t)
 	return p
 }
 
-// embeddedAt is embedded, also returning the SQLite file.
+// embeddedAt is startEmbedded, also returning the SQLite file.
 func embeddedAt(t *testing.T) (*proc, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "minishop.db")
@@ -190,7 +190,7 @@ func notifications(t *testing.T, base, orderID string) []any {
 
 func TestHappyPathOnTheEmbeddedDefault(t *testing.T) {
 	t.Parallel()
-	p := embedded(t)
+	p := startEmbedded(t)
 	first := strings.SplitN(p.log(), "\n", 2)[0]
 	assert.Contains(t, first, "embedded SQLite", "the first log line names the database")
 	assert.Contains(t, first, "in-memory bus")
@@ -254,7 +254,7 @@ func TestHappyPathOnTheEmbeddedDefault(t *testing.T) {
 
 func TestErrorStatuses(t *testing.T) {
 	t.Parallel()
-	p := embedded(t)
+	p := startEmbedded(t)
 	check := func(name string, r response, status int) {
 		t.Helper()
 		assert.Equal(t, status, r.status, "%s: %s", name, r.body)
@@ -325,7 +325,7 @@ func TestIdempotencyKeys(t *testing.T) {
 // retry is replayed.
 func TestIdempotencyKeysBelongToTheirCaller(t *testing.T) {
 	t.Parallel()
-	p := embedded(t)
+	p := startEmbedded(t)
 	body := `{"customer_id":"c7","items":[{"sku":"apple","qty":1}]}`
 	as := func(apiKey string) response {
 		return call(t, "POST", p.url+"/orders", body, map[string]string{"Idempotency-Key": "shared-key", "X-Api-Key": apiKey})
@@ -345,7 +345,7 @@ func TestIdempotencyKeysBelongToTheirCaller(t *testing.T) {
 // headers exceed its limit instead of reading them all.
 func TestServerBoundsHeaders(t *testing.T) {
 	t.Parallel()
-	p := embedded(t)
+	p := startEmbedded(t)
 	big := call(t, "GET", p.url+"/healthz", "", map[string]string{"X-Padding": strings.Repeat("x", 200<<10)})
 	assert.Equal(t, http.StatusRequestHeaderFieldsTooLarge, big.status)
 	assert.Equal(t, 200, call(t, "GET", p.url+"/healthz", "", nil).status)

@@ -18,7 +18,7 @@ import (
 // refused like an order's.
 func TestDeclinedCardLeavesTheOrderPayable(t *testing.T) {
 	t.Parallel()
-	p := embedded(t)
+	p := startEmbedded(t)
 	placed := call(t, "POST", p.url+"/orders", `{"customer_id":"c1","items":[{"sku":"tea","qty":1}]}`, nil)
 	require.Equal(t, 201, placed.status, "%s", placed.body)
 	id := placed.json(t)["id"].(string)

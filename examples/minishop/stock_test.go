@@ -20,7 +20,7 @@ import (
 // what is on hand.
 func TestStockNeverGoesNegative(t *testing.T) {
 	t.Parallel()
-	p := embedded(t)
+	p := startEmbedded(t)
 	line := `{"sku":"coffee","qty":` + "1000" + `}`
 	lines := strings.TrimSuffix(strings.Repeat(line+",", order.MaxItems), ",")
 	const orders = inventory.SeedOnHand/(order.MaxItems*order.MaxQty) + 1

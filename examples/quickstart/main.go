@@ -28,14 +28,13 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/glebarez/sqlite"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
 	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/consumer"
-	"github.com/bentoevents/bento/inbox"
+	"github.com/bentoevents/bento/embedded"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
 	"github.com/bentoevents/bento/projector"
@@ -137,8 +136,8 @@ func main() {
 }
 
 // openDB opens PostgreSQL, or the SQLite file with the settings bento
-// needs: WAL, a busy timeout, and _txlock=immediate so that a transaction
-// takes the write lock when it begins. With SQLite's default (deferred)
+// needs (embedded.OpenSQLite): WAL, a busy timeout, and transactions that
+// take the write lock when they begin. With SQLite's default (deferred)
 // transactions, two units of work that read and then write fail with
 // SQLITE_BUSY instead of waiting for each other.
 func openDB(cfg config) (*gorm.DB, error) {
@@ -146,9 +145,7 @@ func openDB(cfg config) (*gorm.DB, error) {
 	if cfg.DatabaseURL != "" {
 		return gorm.Open(postgres.Open(cfg.DatabaseURL), quiet)
 	}
-	dsn := cfg.DBPath + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)" +
-		"&_pragma=foreign_keys(1)&_txlock=immediate"
-	return gorm.Open(sqlite.Open(dsn), quiet)
+	return embedded.OpenSQLite(cfg.DBPath, quiet)
 }
 
 // bus is where the projector publishes and the consumer reads.
@@ -159,13 +156,11 @@ type bus struct {
 
 // openBus declares the consumer group's partition queues before anything
 // is published, so no event is relayed while the group has nowhere to
-// receive it. Event types no group consumes go to an alternate queue.
+// receive it. Event types no group consumes go to an alternate queue: the
+// in-memory bus has one, as bento declares one on RabbitMQ.
 func openBus(ctx context.Context, cfg config, topics ...string) (*bus, func(), error) {
 	if cfg.AMQPURL == "" {
 		mem := messaging.NewMemoryBus()
-		if err := mem.DeclareAlternate("quickstart.unroutable"); err != nil {
-			return nil, nil, err
-		}
 		if err := mem.DeclarePartitions(cfg.Group, consumer.DefaultPartitions, topics...); err != nil {
 			return nil, nil, err
 		}
@@ -212,7 +207,9 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 
-	// 1. The database and its tables.
+	// 1. The database, the group's queues, then bento's tables, the outbox,
+	// the units of work and the projector, wired by one call. On SQLite
+	// nothing announces a commit, so the units wake the projector.
 	db, err := openDB(cfg)
 	if err != nil {
 		return fmt.Errorf("open database: %w", err)
@@ -220,23 +217,30 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	if sqlDB, err := db.DB(); err == nil {
 		defer sqlDB.Close()
 	}
-	if err := outbox.Migrate(ctx, db); err != nil {
-		return err
-	}
-	if err := inbox.Migrate(ctx, db); err != nil {
-		return err
-	}
-	if err := db.WithContext(ctx).AutoMigrate(&Order{}, &Notification{}); err != nil {
-		return err
-	}
-
-	// 2. The group's queue, then the consumer: it applies each event once,
-	// in one transaction with its inbox record.
 	b, closeBus, err := openBus(ctx, cfg, "order.placed", "order.paid")
 	if err != nil {
 		return fmt.Errorf("open bus: %w", err)
 	}
 	defer closeBus()
+	pcfg := projector.DefaultConfig()
+	pcfg.BackoffFloor = 500 * time.Millisecond
+	pcfg.Logger = cfg.Log
+	stack, err := embedded.Open(ctx, &embedded.Config{
+		DB:        db,
+		Publisher: &breakable{Publisher: b.pub, until: time.Now().Add(cfg.BreakFor)},
+		Projector: pcfg,
+	})
+	if err != nil {
+		return err
+	}
+	defer stack.Close()
+	units := stack.Units
+	if err := db.WithContext(ctx).AutoMigrate(&Order{}, &Notification{}); err != nil {
+		return err
+	}
+
+	// 2. The consumer: it applies each event once, in one transaction with
+	// its inbox record.
 	ccfg := consumer.DefaultConfig(cfg.Group)
 	ccfg.Logger = cfg.Log
 	c, err := b.newConsumer(db, ccfg)
@@ -270,27 +274,9 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		return fmt.Errorf("consumer: %w", err)
 	}
 
-	// 3. The unit-of-work manager and the projector. On SQLite nothing
-	// announces a commit, so the manager wakes the projector.
-	var wake func()
-	units, err := uow.New(db, &uow.Config{AfterCommit: func(int) {
-		if wake != nil {
-			wake()
-		}
-	}})
-	if err != nil {
-		return err
-	}
-	pcfg := projector.DefaultConfig()
-	pcfg.BackoffFloor = 500 * time.Millisecond
-	pcfg.Logger = cfg.Log
-	p, err := projector.New(units.Outbox(), &breakable{Publisher: b.pub, until: time.Now().Add(cfg.BreakFor)}, pcfg)
-	if err != nil {
-		return err
-	}
-	wake = p.Wake
+	// 3. The projector relays what was committed, from now on.
 	relayed := make(chan error, 1)
-	running.Go(func() { relayed <- p.Run(ctx) })
+	running.Go(func() { relayed <- stack.Projector.Run(ctx) })
 	if cfg.BreakFor > 0 {
 		fmt.Fprintf(out, "publishing fails for the next %v\n", cfg.BreakFor)
 	}
@@ -322,7 +308,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 
 	// 5. Watch the events in the outbox until they are sent, then wait
 	// for the consumer.
-	if err := watch(ctx, units.Outbox(), events, out); err != nil {
+	if err := watch(ctx, stack.Outbox, events, out); err != nil {
 		return err
 	}
 	var notes []Notification

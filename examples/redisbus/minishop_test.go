@@ -7,16 +7,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/glebarez/sqlite"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
 	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/consumer"
+	"github.com/bentoevents/bento/embedded"
 	"github.com/bentoevents/bento/examples/minishop/order"
 	"github.com/bentoevents/bento/examples/redisbus"
 	"github.com/bentoevents/bento/inbox"
@@ -225,13 +224,10 @@ func place(t *testing.T, units *uow.Manager, customer string) string {
 // openSQLite opens a new SQLite file in a temporary directory.
 func openSQLite(t *testing.T) *gorm.DB {
 	t.Helper()
-	dsn := filepath.Join(t.TempDir(), "shop.db") +
-		"?_txlock=immediate&_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)"
-	db, err := gorm.Open(sqlite.Open(dsn), &gorm.Config{Logger: logger.Discard})
+	db, err := embedded.OpenSQLite(filepath.Join(t.TempDir(), "shop.db"), nil)
 	require.NoError(t, err)
 	sqlDB, err := db.DB()
 	require.NoError(t, err)
-	sqlDB.SetMaxOpenConns(4)
 	t.Cleanup(func() { _ = sqlDB.Close() })
 	return db
 }
