@@ -14,7 +14,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/console"
-	"github.com/bentoevents/bento/internal/embeddb"
+	"github.com/bentoevents/bento/embedded"
 	"github.com/bentoevents/bento/outbox"
 )
 
@@ -25,7 +25,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	db, err := embeddb.Open(filepath.Join(dir, "bento.db"), nil)
+	db, err := embedded.OpenSQLite(filepath.Join(dir, "bento.db"), nil)
 	if err != nil {
 		log.Fatal(err)
 	}

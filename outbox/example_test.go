@@ -10,7 +10,7 @@ import (
 
 	"gorm.io/gorm"
 
-	"github.com/bentoevents/bento/internal/embeddb"
+	"github.com/bentoevents/bento/embedded"
 	"github.com/bentoevents/bento/outbox"
 )
 
@@ -27,7 +27,7 @@ func ExampleStore_Add() {
 	}
 	defer os.RemoveAll(dir)
 
-	db, err := embeddb.Open(filepath.Join(dir, "bento.db"), nil)
+	db, err := embedded.OpenSQLite(filepath.Join(dir, "bento.db"), nil)
 	if err != nil {
 		log.Fatal(err)
 	}
