@@ -18,8 +18,8 @@ type Root interface {
 }
 
 // Base is embedded in an aggregate's GORM model. It holds the aggregate id,
-// its version and the events recorded since it was loaded. Pending events and
-// the stamper are unexported and so never persisted by GORM.
+// its version and the events recorded since it was loaded. Pending events are
+// unexported and so never persisted by GORM.
 //
 // Base is not safe for concurrent use, like the aggregate that embeds it.
 type Base struct {
@@ -31,38 +31,23 @@ type Base struct {
 	Version int64 `gorm:"not null"`
 
 	pending []Recorded
-	stamper Stamper
 }
 
 // AggregateBase returns b. It lets any type that embeds Base satisfy [Root].
 func (b *Base) AggregateBase() *Base { return b }
 
-// SetStamper makes Record use s for event times and ids; nil restores the
-// default, [SystemStamper].
-func (b *Base) SetStamper(s Stamper) { b.stamper = s }
-
 // Record appends e to the aggregate's pending events, advancing Version by one
-// and stamping the event with a new id, the current time, the aggregate id and
-// the new version. Call it from the aggregate's own methods after the change
-// has been validated and applied.
+// and noting the aggregate id and the new version. Call it from the
+// aggregate's own methods after the change has been validated and applied.
+// Record only records what happened: the unit of work gives the event its id
+// and occurred-at time when it writes it, from its clock.
 //
 // Record does not validate e; a unit of work rejects a malformed event (empty
 // or invalid type name, payload that does not encode) at commit, writing
 // nothing and leaving the event pending.
 func (b *Base) Record(e Event) {
-	s := b.stamper
-	if s == nil {
-		s = SystemStamper{}
-	}
-	now := s.Now().UTC()
 	b.Version++
-	b.pending = append(b.pending, Recorded{
-		ID:               s.NewID(now),
-		Event:            e,
-		AggregateID:      b.ID,
-		AggregateVersion: b.Version,
-		OccurredAt:       now,
-	})
+	b.pending = append(b.pending, Recorded{Event: e, AggregateID: b.ID, AggregateVersion: b.Version})
 }
 
 // PendingEvents returns a copy of the events recorded and not yet committed,

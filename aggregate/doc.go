@@ -31,11 +31,12 @@
 // the aggregate had when it was loaded is Version minus the number of pending
 // events; the unit of work uses it for its optimistic concurrency check.
 //
-// # Stamping
+// # Ids and times
 //
-// Record stamps each event with a ULID event id and an occurred-at time. By
-// default the time comes from the system clock and the id from [NewID], which
-// is strictly monotonic within a process, so the ids of one aggregate's events
-// sort in the order they were recorded. Tests inject a clock and id source with
-// [Base.SetStamper].
+// Domain code records only what happened. The unit of work stamps each event
+// with a ULID event id and an occurred-at time when it writes the event, from
+// its [Clock] ([SystemClock] unless configured: the system clock and
+// [NewIDAt], strictly monotonic within a process, so the ids of one
+// aggregate's events sort in version order). Tests give the unit of work a
+// fake clock; the aggregates need none.
 package aggregate

@@ -1,7 +1,5 @@
 package aggregate
 
-import "time"
-
 // Event is a domain event: a plain struct describing a fact, named in the past
 // tense. EventType returns the event's wire name, such as "order.paid"; it is
 // the topic the event is published under and must be a constant for the type.
@@ -25,20 +23,17 @@ func SchemaVersionOf(e Event) int {
 	return 1
 }
 
-// Recorded is an event as recorded by an aggregate, stamped with everything
-// the outbox needs to know about it.
+// Recorded is an event as recorded by an aggregate: the event and the
+// aggregate version it produced. Its id and occurred-at time are given by
+// the unit of work that writes it; (aggregate type, AggregateID,
+// AggregateVersion) identifies it before and after.
 type Recorded struct {
-	// ID is the event's ULID. It becomes the outbox row id and the message id
-	// on the wire.
-	ID string
 	// Event is the domain event itself.
 	Event Event
 	// AggregateID is the id of the aggregate that recorded the event.
 	AggregateID string
 	// AggregateVersion is the aggregate version this event produced.
 	AggregateVersion int64
-	// OccurredAt is when the event was recorded, in UTC.
-	OccurredAt time.Time
 }
 
 // Topic returns the event's type name, the topic it is published under.

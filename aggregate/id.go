@@ -8,24 +8,27 @@ import (
 	"github.com/oklog/ulid/v2"
 )
 
-// Stamper provides the time and ids that [Base.Record] stamps on events.
-// Implementations must be safe for concurrent use.
-type Stamper interface {
+// Clock is bento's one source of time and of the time-ordered ids made from
+// it: the unit of work stamps each event with an id and an occurred-at time
+// from it when it writes the event, and the stores and background jobs read
+// the time from it. Tests give one a fake clock. Implementations must be
+// safe for concurrent use.
+type Clock interface {
 	// Now returns the current time.
 	Now() time.Time
 	// NewID returns a new, unique, 26-character ULID string for an event
-	// recorded at t.
+	// written at t.
 	NewID(t time.Time) string
 }
 
-// SystemStamper is the default [Stamper]: the system clock and [NewID].
-type SystemStamper struct{}
+// SystemClock is the default [Clock]: the system clock and [NewIDAt].
+type SystemClock struct{}
 
 // Now returns time.Now() in UTC.
-func (SystemStamper) Now() time.Time { return time.Now().UTC() }
+func (SystemClock) Now() time.Time { return time.Now().UTC() }
 
 // NewID returns [NewIDAt](t).
-func (SystemStamper) NewID(t time.Time) string { return NewIDAt(t) }
+func (SystemClock) NewID(t time.Time) string { return NewIDAt(t) }
 
 var monotonic = &Monotonic{}
 

@@ -64,7 +64,6 @@ func deposit(t *testing.T, env *bentotest.Env, id string, amounts ...int64) {
 		if errors.Is(err, uow.ErrNotFound) {
 			a = &Account{}
 			a.ID = id
-			a.SetStamper(env.Clock)
 			err = u.Add(a)
 		}
 		if err != nil {

@@ -8,7 +8,7 @@ import (
 	"github.com/oklog/ulid/v2"
 )
 
-// Clock is a fake clock with deterministic ids: an aggregate.Stamper whose
+// Clock is a fake clock with deterministic ids: an aggregate.Clock whose
 // time moves only when told and whose ULIDs depend only on the time and how
 // many ids came before, so a test produces the same ids every run. It is
 // safe for concurrent use.

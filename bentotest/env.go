@@ -43,7 +43,8 @@ type Env struct {
 	Units *uow.Manager
 	// Outbox is the outbox store.
 	Outbox *outbox.Store
-	// Clock stamps events and rows.
+	// Clock gives committed events their ids and times (it is the
+	// outbox store's Clock).
 	Clock *Clock
 	// Projector relays the outbox; Drain runs it.
 	Projector *projector.OutboxProjector
@@ -86,7 +87,7 @@ func New(t TB, opts *Options) *Env {
 	stack, err := embedded.Open(context.Background(), &embedded.Config{
 		Path:      filepath.Join(dir, "bento.db"),
 		Publisher: recordingPublisher{e},
-		Outbox:    &outbox.Config{Stamper: clock},
+		Outbox:    &outbox.Config{Clock: clock},
 		Units:     &uow.Config{Tenant: opts.Tenant},
 		Projector: cfg,
 	})

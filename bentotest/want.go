@@ -16,6 +16,8 @@ import (
 // Event is an event as the kit reports it: recorded, committed or
 // published.
 type Event struct {
+	// ID is the event id; empty for a recorded event, which a unit of
+	// work stamps when it writes it.
 	ID               string
 	Topic            string
 	AggregateType    string
@@ -147,7 +149,7 @@ func Recorded(agg aggregate.Root) []Event {
 	for _, r := range agg.AggregateBase().PendingEvents() {
 		payload, _ := json.Marshal(r.Event)
 		out = append(out, Event{
-			ID: r.ID, Topic: r.Topic(), AggregateType: agg.AggregateType(), AggregateID: r.AggregateID,
+			Topic: r.Topic(), AggregateType: agg.AggregateType(), AggregateID: r.AggregateID,
 			AggregateVersion: r.AggregateVersion, Payload: payload,
 		})
 	}

@@ -95,7 +95,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		d.Counts = append(d.Counts, statusCount{Status: s, Count: st.Counts[s]})
 		d.Total += st.Counts[s]
 	}
-	now := c.store.Config().Stamper.Now()
+	now := c.store.Config().Clock.Now()
 	d.ByTopic = backlog(groups, func(g outbox.Group) string { return g.Topic }, now)
 	if t == "" {
 		d.ByTenant = backlog(groups, func(g outbox.Group) string { return g.Tenant }, now)

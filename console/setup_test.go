@@ -56,7 +56,7 @@ func setupAt(t *testing.T, db *gorm.DB, cfg *console.Config, prefix string) *env
 	ctx := context.Background()
 	require.NoError(t, outbox.Migrate(ctx, db))
 	clock := testenv.NewStamper(epoch)
-	store, err := outbox.NewStore(db, &outbox.Config{Stamper: clock, Test: outbox.TestConfig{Clock: clock}})
+	store, err := outbox.NewStore(db, &outbox.Config{Clock: clock, Test: outbox.TestConfig{Clock: clock}})
 	require.NoError(t, err)
 	e := &env{db: db, store: store, clock: clock, prefix: prefix}
 	e.rows = fixture(t, e)

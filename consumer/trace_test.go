@@ -126,9 +126,11 @@ func TestTraceFromCommitToHandler(t *testing.T) {
 		cart := &Cart{}
 		cart.ID = "cart-1"
 		cart.Record(OrderPlaced{OrderID: "o-1", SKU: "apple", Qty: 2})
-		eventID := cart.PendingEvents()[0].ID
 		require.NoError(t, units.Run(rctx, func(ctx context.Context, u *uow.UnitOfWork) error { return u.Add(cart) }))
 		request.End()
+		var eventID string // stamped by the unit of work as it wrote the event
+		require.NoError(t, h.db.Model(&outbox.Message{}).Where("aggregate_id = ?", "cart-1").Pluck("id", &eventID).Error)
+		require.NotEmpty(t, eventID)
 
 		r, err := p.Drain(ctx)
 		require.NoError(t, err)

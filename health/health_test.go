@@ -81,7 +81,7 @@ func zeroDuration(r health.Result) health.Result {
 }
 
 // laterStamper reads the clock an hour ahead.
-type laterStamper struct{ aggregate.SystemStamper }
+type laterStamper struct{ aggregate.SystemClock }
 
 func (laterStamper) Now() time.Time { return time.Now().UTC().Add(time.Hour) }
 
@@ -115,7 +115,7 @@ func TestChecksOfBento(t *testing.T) {
 	_, err = store.Add(ctx, db, "order.placed", map[string]string{"id": "o1"}, nil)
 	require.NoError(t, err)
 	assert.NoError(t, run(health.Relay(store, time.Minute)), "pending for less than a minute")
-	later, err := outbox.NewStore(db, &outbox.Config{Stamper: laterStamper{}})
+	later, err := outbox.NewStore(db, &outbox.Config{Clock: laterStamper{}})
 	require.NoError(t, err)
 	err = run(health.Relay(later, time.Minute))
 	assert.ErrorIs(t, err, health.ErrRelayBehind)

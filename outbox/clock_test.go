@@ -19,11 +19,11 @@ import (
 type skewed struct{ by time.Duration }
 
 func (s skewed) Now() time.Time           { return time.Now().Add(s.by) }
-func (s skewed) NewID(t time.Time) string { return aggregate.SystemStamper{}.NewID(t) }
+func (s skewed) NewID(t time.Time) string { return aggregate.SystemClock{}.NewID(t) }
 func (s skewed) String() string           { return s.by.String() }
-func storeOn(t *testing.T, db *gorm.DB, clock aggregate.Stamper) *outbox.Store {
+func storeOn(t *testing.T, db *gorm.DB, clock aggregate.Clock) *outbox.Store {
 	t.Helper()
-	st, err := outbox.NewStore(db, &outbox.Config{Stamper: clock})
+	st, err := outbox.NewStore(db, &outbox.Config{Clock: clock})
 	require.NoError(t, err)
 	return st
 }
@@ -37,7 +37,7 @@ func TestSkewedClocksAgreeOnTime(t *testing.T) {
 	testenv.ForEachBackend(t, func(t *testing.T, _ testenv.Backend, db *gorm.DB) {
 		ctx := context.Background()
 		require.NoError(t, outbox.Migrate(ctx, db))
-		right := storeOn(t, db, aggregate.SystemStamper{})
+		right := storeOn(t, db, aggregate.SystemClock{})
 		ahead := storeOn(t, db, skewed{10 * time.Minute})
 		behind := storeOn(t, db, skewed{-10 * time.Minute})
 		add := func(st *outbox.Store) *outbox.Message {

@@ -57,7 +57,7 @@ func TestMigrateIsIdempotent(t *testing.T) {
 
 		// A row written before the second run survives it.
 		st := testenv.NewStamper(epoch)
-		store, err := outbox.NewStore(db, &outbox.Config{Stamper: st})
+		store, err := outbox.NewStore(db, &outbox.Config{Clock: st})
 		require.NoError(t, err)
 		tx := begin(t, db)
 		_, err = store.Add(ctx, tx, "order.paid", orderPaid{OrderID: "o-1"}, nil)

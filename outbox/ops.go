@@ -138,7 +138,7 @@ func (s *Store) Activity(ctx context.Context, minutes int, opts *StatsOpts) ([]M
 	if minutes < 1 || minutes > 24*60 {
 		return nil, fmt.Errorf("outbox: activity: %w: %d minutes (want 1 to 1440)", ErrInvalidArgument, minutes)
 	}
-	now := s.cfg.Stamper.Now().UTC()
+	now := s.cfg.Clock.Now().UTC()
 	first := now.Truncate(time.Minute).Add(-time.Duration(minutes-1) * time.Minute)
 	out := make([]Minute, minutes)
 	for i := range out {
@@ -250,7 +250,7 @@ func (s *Store) Recent(ctx context.Context, window time.Duration, opts *StatsOpt
 	if window <= 0 {
 		return nil, fmt.Errorf("outbox: recent: %w: window %v", ErrInvalidArgument, window)
 	}
-	since := s.cfg.Stamper.Now().UTC().Add(-window)
+	since := s.cfg.Clock.Now().UTC().Add(-window)
 	byTenant := map[string]*Throughput{}
 	count := func(column, status string, set func(*Throughput, int64)) error {
 		q := s.since(ctx, column, since, status, opts)

@@ -38,7 +38,7 @@ func partitionedEnv(t *testing.T) *env {
 		Partitioning: outbox.Daily, Ahead: 10, Now: func() time.Time { return nov1 },
 	}))
 	st := testenv.NewStamper(nov1)
-	store, err := outbox.NewStore(db, &outbox.Config{Stamper: st})
+	store, err := outbox.NewStore(db, &outbox.Config{Clock: st})
 	require.NoError(t, err)
 	return &env{db: db, store: store, stamper: st}
 }
@@ -364,7 +364,7 @@ func TestPurgeDoesNotBlockClaim(t *testing.T) {
 		}
 
 		purger := begin(t, db)
-		purgeStore, err := outbox.NewStore(purger, &outbox.Config{Stamper: e.stamper})
+		purgeStore, err := outbox.NewStore(purger, &outbox.Config{Clock: e.stamper})
 		require.NoError(t, err)
 		purged, err := purgeStore.PurgeSent(ctx, time.Minute, &outbox.PurgeOpts{BatchSize: 7})
 		require.NoError(t, err)

@@ -40,7 +40,7 @@ func setup(t *testing.T, db *gorm.DB, cfg *outbox.Config) *env {
 	if cfg != nil {
 		c = *cfg
 	}
-	c.Stamper = st
+	c.Clock = st
 	c.Test.Clock = st // the database clock follows the fake one
 	store, err := outbox.NewStore(db, &c)
 	require.NoError(t, err)

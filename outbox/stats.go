@@ -51,7 +51,7 @@ func (s *Store) Stats(ctx context.Context, opts *StatsOpts) (*Stats, error) {
 		}
 	}
 	if st.Pending > 0 {
-		st.OldestPendingAge = max(s.cfg.Stamper.Now().Sub(st.OldestPendingAt), 0)
+		st.OldestPendingAge = max(s.cfg.Clock.Now().Sub(st.OldestPendingAt), 0)
 	}
 	return st, nil
 }

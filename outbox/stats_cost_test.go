@@ -143,7 +143,7 @@ func TestMonitoringCostIgnoresSentRows(t *testing.T) {
 		}
 
 		log := &statementLog{}
-		watched, err := outbox.NewStore(db.Session(&gorm.Session{Logger: log}), &outbox.Config{Stamper: e.stamper})
+		watched, err := outbox.NewStore(db.Session(&gorm.Session{Logger: log}), &outbox.Config{Clock: e.stamper})
 		require.NoError(t, err)
 		st, err := watched.Stats(ctx, nil)
 		require.NoError(t, err)

@@ -45,13 +45,13 @@ type Config struct {
 	// written, with ErrMetadataTooLarge. Defaults to DefaultMaxMetadataBytes
 	// (16 KiB).
 	MaxMetadataBytes int
-	// Stamper provides the ids of events added with [Store.Add] and the
-	// times bento shows rather than compares: created_at and a default
-	// occurred_at. Leases, due times, backoff and retention use the
-	// database's clock instead, so hosts whose clocks disagree cannot steal
-	// each other's leases or delay each other's events. Defaults to
-	// aggregate.SystemStamper.
-	Stamper aggregate.Stamper
+	// Clock gives each event written without one its id and its
+	// occurred_at (so units of work stamp their events at commit), and the
+	// times bento shows rather than compares: created_at. Leases, due times,
+	// backoff and retention use the database's clock instead, so hosts whose
+	// clocks disagree cannot steal each other's leases or delay each other's
+	// events. Defaults to aggregate.SystemClock.
+	Clock aggregate.Clock
 	// Propagator writes the trace context of the span in Add's context
 	// into the event's metadata (traceparent, tracestate), so the publish
 	// and consume spans continue the caller's trace. Defaults to W3C Trace
@@ -79,8 +79,8 @@ func (c *Config) withDefaults() (Config, error) {
 	if out.MaxMetadataBytes == 0 {
 		out.MaxMetadataBytes = DefaultMaxMetadataBytes
 	}
-	if out.Stamper == nil {
-		out.Stamper = aggregate.SystemStamper{}
+	if out.Clock == nil {
+		out.Clock = aggregate.SystemClock{}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return out, fmt.Errorf("outbox: invalid config: %w", err)
@@ -163,9 +163,7 @@ func (s *Store) Add(ctx context.Context, tx *gorm.DB, topic string, payload any,
 	if err != nil {
 		return nil, &ValidationError{Topic: topic, Field: "tenant_id", Reason: "is invalid", Err: err}
 	}
-	now := s.cfg.Stamper.Now().UTC()
 	m := &Message{
-		ID:               s.cfg.Stamper.NewID(now),
 		TenantID:         tid,
 		Topic:            topic,
 		AggregateType:    opts.AggregateType,
@@ -188,8 +186,9 @@ func (s *Store) Add(ctx context.Context, tx *gorm.DB, topic string, payload any,
 }
 
 // Prepare fills in what is unset in msgs and validates them, without writing:
-// TenantID (tenant in ctx, then tenant.Default), SchemaVersion 1, OccurredAt
-// and CreatedAt (the Stamper's now), Status new, SizeBytes, and the metadata
+// ID (a new id from the Clock), TenantID (tenant in ctx, then
+// tenant.Default), SchemaVersion 1, OccurredAt and CreatedAt (the Clock's
+// now), Status new, SizeBytes, and the metadata
 // carried by ctx. An unset AvailableAt stays zero: Insert makes the row due
 // at the database's current time. [Store.Insert] calls it; a unit of work calls it before saving
 // anything, so a bad event stops the commit before the first write.
@@ -197,11 +196,14 @@ func (s *Store) Add(ctx context.Context, tx *gorm.DB, topic string, payload any,
 // Errors: a *ValidationError, ErrDuplicateKey for a dedup key used twice in
 // msgs, or ErrDuplicateVersion for an aggregate version used twice in msgs.
 func (s *Store) Prepare(ctx context.Context, msgs []*Message) error {
-	now := s.cfg.Stamper.Now().UTC()
+	now := s.cfg.Clock.Now().UTC()
 	ctxMeta := MetadataFrom(ctx)
 	keys := map[[2]string]bool{}
 	versions := map[aggregateVersion]bool{}
 	for _, m := range msgs {
+		if m.ID == "" {
+			m.ID = s.cfg.Clock.NewID(now)
+		}
 		if m.TenantID == "" {
 			tid, err := tenant.Resolve(ctx, "", "")
 			if err != nil {

@@ -349,17 +349,17 @@ func TestNewStoreConfig(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, outbox.DefaultMaxPayloadBytes, s.Config().MaxPayloadBytes)
 			assert.Equal(t, outbox.DefaultMaxMetadataBytes, s.Config().MaxMetadataBytes)
-			assert.Equal(t, aggregate.SystemStamper{}, s.Config().Stamper)
+			assert.Equal(t, aggregate.SystemClock{}, s.Config().Clock)
 			assert.Same(t, db, s.DB())
 		}
 	})
 	t.Run("custom", func(t *testing.T) {
 		t.Parallel()
 		st := testenv.NewStamper(epoch)
-		s, err := outbox.NewStore(db, &outbox.Config{MaxPayloadBytes: 64, Stamper: st})
+		s, err := outbox.NewStore(db, &outbox.Config{MaxPayloadBytes: 64, Clock: st})
 		require.NoError(t, err)
 		assert.Equal(t, 64, s.Config().MaxPayloadBytes)
-		assert.Same(t, st, s.Config().Stamper)
+		assert.Same(t, st, s.Config().Clock)
 	})
 	t.Run("negative MaxPayloadBytes", func(t *testing.T) {
 		t.Parallel()

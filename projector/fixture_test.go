@@ -126,7 +126,8 @@ func setup(t testing.TB, db *gorm.DB) *env {
 }
 
 // commit creates counters ids[i] with ticks events each, in one unit per
-// counter, and returns every committed event id.
+// counter, and returns every committed event id (stamped by the unit of
+// work), counter by counter in version order.
 func (e *env) commit(t testing.TB, ids []string, ticks int) []string {
 	t.Helper()
 	var events []string
@@ -136,12 +137,14 @@ func (e *env) commit(t testing.TB, ids []string, ticks int) []string {
 		for i := 0; i < ticks; i++ {
 			c.Tick()
 		}
-		for _, ev := range c.PendingEvents() {
-			events = append(events, ev.ID)
-		}
 		require.NoError(t, e.units.Run(context.Background(), func(ctx context.Context, u *uow.UnitOfWork) error {
 			return u.Add(c)
 		}))
+		var ids []string
+		require.NoError(t, e.db.Model(&outbox.Message{}).Where("aggregate_id = ?", id).
+			Order("aggregate_version").Pluck("id", &ids).Error)
+		require.Len(t, ids, ticks)
+		events = append(events, ids...)
 	}
 	return events
 }

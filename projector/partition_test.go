@@ -39,7 +39,7 @@ func TestMaintenanceWhilePublishing(t *testing.T) {
 	}))
 	require.NoError(t, db.AutoMigrate(&Counter{}))
 	clock := testenv.NewStamper(nov1.Add(time.Hour))
-	store, err := outbox.NewStore(db, &outbox.Config{Stamper: clock, Test: outbox.TestConfig{Clock: clock}})
+	store, err := outbox.NewStore(db, &outbox.Config{Clock: clock, Test: outbox.TestConfig{Clock: clock}})
 	require.NoError(t, err)
 	units, err := uow.New(db, &uow.Config{Outbox: store})
 	require.NoError(t, err)

@@ -562,9 +562,9 @@ func (p *OutboxProjector) fail(ctx context.Context, row *outbox.Message, cause e
 	return dead, nil
 }
 
-// now reads the store's Stamper, for the latency metrics only: leases and
+// now reads the store's Clock, for the latency metrics only: leases and
 // retry times are the database's.
-func (p *OutboxProjector) now() time.Time { return p.store.Config().Stamper.Now() }
+func (p *OutboxProjector) now() time.Time { return p.store.Config().Clock.Now() }
 
 // backoff returns the delay before attempt+1: BackoffFloor doubled per
 // attempt, capped at BackoffCeiling, jittered to [d/2, d].

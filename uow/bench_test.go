@@ -8,7 +8,6 @@ import (
 
 	"gorm.io/gorm"
 
-	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/outbox"
 	"github.com/bentoevents/bento/uow"
@@ -37,7 +36,7 @@ func BenchmarkCommit(b *testing.B) {
 			}
 			var seq atomic.Int64
 			newAccount := func() *Account {
-				a := OpenAccount(fmt.Sprintf("bench-%d", seq.Add(1)), "ann", aggregate.SystemStamper{})
+				a := OpenAccount(fmt.Sprintf("bench-%d", seq.Add(1)), "ann")
 				if err := units.Run(ctx, func(ctx context.Context, u *uow.UnitOfWork) error { return u.Track(a) }); err != nil {
 					b.Fatal(err)
 				}

@@ -216,7 +216,7 @@ func TestIDsSortInCommitOrder(t *testing.T) {
 func TestManyEventsInOneCommit(t *testing.T) {
 	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend, db *gorm.DB) {
 		e := setup(t, b, db)
-		a := OpenAccount("acc-1", "ann", e.stamper)
+		a := OpenAccount("acc-1", "ann")
 		for i := 0; i < 3999; i++ {
 			require.NoError(t, a.Deposit(1))
 		}

@@ -40,10 +40,9 @@ type Deposited struct {
 func (Deposited) EventType() string { return "account.deposited" }
 
 // OpenAccount creates an account, recording Opened.
-func OpenAccount(id, owner string, s aggregate.Stamper) *Account {
+func OpenAccount(id, owner string) *Account {
 	a := &Account{Owner: owner}
 	a.ID = id
-	a.SetStamper(s)
 	a.Record(Opened{AccountID: id, Owner: owner})
 	return a
 }
@@ -75,7 +74,7 @@ func setup(t *testing.T, b testenv.Backend, db *gorm.DB) *env {
 	require.NoError(t, outbox.Migrate(ctx, db))
 	require.NoError(t, db.AutoMigrate(&Account{}))
 	st := testenv.NewStamper(epoch)
-	store, err := outbox.NewStore(db, &outbox.Config{Stamper: st, Test: outbox.TestConfig{Clock: st}})
+	store, err := outbox.NewStore(db, &outbox.Config{Clock: st, Test: outbox.TestConfig{Clock: st}})
 	require.NoError(t, err)
 	units, err := uow.New(db, &uow.Config{Outbox: store, Producer: "suite"})
 	require.NoError(t, err)
@@ -95,7 +94,6 @@ func (e *env) load(t *testing.T, id string) *Account {
 	t.Helper()
 	var a Account
 	require.NoError(t, e.db.Take(&a, "id = ?", id).Error)
-	a.SetStamper(e.stamper)
 	return &a
 }
 
@@ -109,7 +107,7 @@ func (e *env) count(t *testing.T, model any) int64 {
 // commitNew saves a freshly opened account.
 func (e *env) commitNew(t *testing.T, id string) *Account {
 	t.Helper()
-	a := OpenAccount(id, "ann", e.stamper)
+	a := OpenAccount(id, "ann")
 	err := e.units.Run(context.Background(), func(ctx context.Context, u *uow.UnitOfWork) error {
 		return u.Track(a)
 	})
@@ -126,6 +124,6 @@ func mustJSON(t *testing.T, v any) string {
 
 func (e *env) commitNewCtx(t *testing.T, ctx context.Context, id string) {
 	t.Helper()
-	a := OpenAccount(id, "ann", e.stamper)
+	a := OpenAccount(id, "ann")
 	require.NoError(t, e.units.Run(ctx, func(ctx context.Context, u *uow.UnitOfWork) error { return u.Track(a) }))
 }

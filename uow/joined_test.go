@@ -23,7 +23,7 @@ func TestJoinedUnitNeverCommitsTheCallersTransaction(t *testing.T) {
 		track := func(id string) func(ctx context.Context, u *uow.UnitOfWork) error {
 			return func(ctx context.Context, u *uow.UnitOfWork) error {
 				assert.True(t, u.Joined())
-				return u.Track(OpenAccount(id, "ann", e.stamper))
+				return u.Track(OpenAccount(id, "ann"))
 			}
 		}
 
@@ -37,7 +37,7 @@ func TestJoinedUnitNeverCommitsTheCallersTransaction(t *testing.T) {
 		// The caller commits: a failed joined unit left no trace, the
 		// successful ones are committed with the caller's own write.
 		outer = db.Begin()
-		require.NoError(t, outer.Create(&Account{Base: OpenAccount("callers", "x", e.stamper).Base}).Error)
+		require.NoError(t, outer.Create(&Account{Base: OpenAccount("callers", "x").Base}).Error)
 		require.NoError(t, e.units.RunTx(ctx, outer, track("kept-1")))
 		err := e.units.RunTx(ctx, outer, func(ctx context.Context, u *uow.UnitOfWork) error {
 			require.NoError(t, track("failed")(ctx, u))
@@ -49,7 +49,7 @@ func TestJoinedUnitNeverCommitsTheCallersTransaction(t *testing.T) {
 		u, err := e.units.Begin(joinedCtx, nil)
 		require.NoError(t, err)
 		require.True(t, u.Joined())
-		require.NoError(t, u.Track(OpenAccount("kept-2", "ann", e.stamper)))
+		require.NoError(t, u.Track(OpenAccount("kept-2", "ann")))
 		require.NoError(t, u.Commit(joinedCtx))
 
 		// Not visible outside the caller's transaction yet (SQLite would
@@ -121,7 +121,7 @@ func TestCreatingAnExistingIDConflicts(t *testing.T) {
 	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend, db *gorm.DB) {
 		e := setup(t, b, db)
 		e.commitNew(t, "acc-1")
-		dup := OpenAccount("acc-1", "bob", e.stamper)
+		dup := OpenAccount("acc-1", "bob")
 		err := e.units.Run(context.Background(), func(ctx context.Context, u *uow.UnitOfWork) error { return u.Track(dup) })
 		require.ErrorIs(t, err, uow.ErrConcurrencyConflict)
 		assert.Len(t, e.outboxRows(t), 1)

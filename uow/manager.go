@@ -32,13 +32,10 @@ type Config struct {
 	// RetryDelay is the pause before Run's first retry; it doubles on each
 	// further retry and is jittered by up to 100%. Defaults to 2ms.
 	RetryDelay time.Duration
-	// Outbox is the store events are written with. Defaults to
-	// outbox.NewStore(db, nil).
+	// Outbox is the store events are written with; its Clock gives each
+	// event its id and occurred-at time when a unit writes it. Defaults to
+	// outbox.NewStore(db, nil), on aggregate.SystemClock.
 	Outbox *outbox.Store
-	// Stamper is handed to the aggregates Get loads, so the events they
-	// record take their time and ids from it. Defaults to the outbox store's
-	// Stamper (aggregate.SystemStamper unless configured).
-	Stamper aggregate.Stamper
 	// Producer, when set, is stored as the "producer" metadata of every
 	// event. Defaults to none.
 	Producer string
@@ -122,9 +119,6 @@ func New(db *gorm.DB, cfg *Config) (*Manager, error) {
 		if c.Outbox, err = outbox.NewStore(db, nil); err != nil {
 			return nil, fmt.Errorf("uow: %w", err)
 		}
-	}
-	if c.Stamper == nil {
-		c.Stamper = c.Outbox.Config().Stamper
 	}
 	m := &Manager{db: db, dialect: d, cfg: c, store: c.Outbox, tracing: tracing.New(c.TracerProvider, c.Propagator)}
 	if c.Registerer != nil {

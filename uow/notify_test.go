@@ -42,7 +42,7 @@ func TestNotifyOnCommitNotOnRollback(t *testing.T) {
 	// inside the caller's transaction before that transaction rolls back.
 	outer := db.Begin()
 	require.NoError(t, e.units.RunTx(tenant.With(ctx, "t-rollback"), outer, func(ctx context.Context, u *uow.UnitOfWork) error {
-		return u.Track(OpenAccount("acc-r2", "ann", e.stamper))
+		return u.Track(OpenAccount("acc-r2", "ann"))
 	}))
 	var inTx int64
 	require.NoError(t, outer.Raw("SELECT count(*) FROM outbox_events").Scan(&inTx).Error)
@@ -50,7 +50,7 @@ func TestNotifyOnCommitNotOnRollback(t *testing.T) {
 	require.NoError(t, outer.Rollback().Error)
 
 	require.NoError(t, e.units.Run(ctx, func(ctx context.Context, u *uow.UnitOfWork) error {
-		return u.Track(OpenAccount("acc-c", "ann", e.stamper))
+		return u.Track(OpenAccount("acc-c", "ann"))
 	}), "commit for the default tenant")
 
 	for {

@@ -12,7 +12,7 @@ import (
 )
 
 // Get loads the aggregate of type T with the given id within the unit's
-// transaction, gives it the manager's Stamper and tracks it, so Commit saves it and writes the events its
+// transaction and tracks it, so Commit saves it and writes the events its
 // methods record:
 //
 //	order, err := uow.Get[Order](ctx, u, id)
@@ -36,7 +36,6 @@ func Get[T any, P interface {
 	if err != nil {
 		return nil, wrapDB(fmt.Sprintf("get %s %q", v.AggregateType(), id), err)
 	}
-	v.AggregateBase().SetStamper(u.m.cfg.Stamper)
 	if err := u.Track(v); err != nil {
 		return nil, err
 	}

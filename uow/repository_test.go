@@ -18,7 +18,7 @@ func TestAddAndSaveCheckIntent(t *testing.T) {
 	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend, db *gorm.DB) {
 		e := setup(t, b, db)
 		ctx := context.Background()
-		fresh := OpenAccount("acc-1", "ann", e.stamper)
+		fresh := OpenAccount("acc-1", "ann")
 		err := e.units.Run(ctx, func(ctx context.Context, u *uow.UnitOfWork) error {
 			require.ErrorIs(t, u.Save(fresh), uow.ErrInvalidAggregate)
 			return u.Add(fresh)

@@ -27,7 +27,7 @@ func TestTenantOnEveryRow(t *testing.T) {
 		commit := func(m *uow.Manager, ctx context.Context, opts *uow.BeginOpts, id string) string {
 			u, err := m.Begin(ctx, opts)
 			require.NoError(t, err)
-			require.NoError(t, u.Track(OpenAccount(id, "ann", e.stamper)))
+			require.NoError(t, u.Track(OpenAccount(id, "ann")))
 			require.NoError(t, u.Commit(ctx))
 			return u.Tenant()
 		}
@@ -73,24 +73,24 @@ func TestContextMetadataOnEvents(t *testing.T) {
 // transaction commits; never rollbacks or event-less commits.
 func TestAfterCommitHook(t *testing.T) {
 	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend, db *gorm.DB) {
-		e := setup(t, b, db)
+		setup(t, b, db) // the tables
 		ctx := context.Background()
 		var calls []int
 		units, err := uow.New(db, &uow.Config{AfterCommit: func(n int) { calls = append(calls, n) }})
 		require.NoError(t, err)
 
-		a := OpenAccount("acc-1", "ann", e.stamper)
+		a := OpenAccount("acc-1", "ann")
 		require.NoError(t, a.Deposit(1))
 		require.NoError(t, units.Run(ctx, func(ctx context.Context, u *uow.UnitOfWork) error { return u.Add(a) }))
 		require.Error(t, units.Run(ctx, func(ctx context.Context, u *uow.UnitOfWork) error {
-			_ = u.Add(OpenAccount("acc-2", "bob", e.stamper))
+			_ = u.Add(OpenAccount("acc-2", "bob"))
 			return errInjected
 		}))
 		a.Owner = "renamed"
 		require.NoError(t, units.Run(ctx, func(ctx context.Context, u *uow.UnitOfWork) error { return u.Save(a) }))
 		outer := db.Begin()
 		require.NoError(t, units.RunTx(ctx, outer, func(ctx context.Context, u *uow.UnitOfWork) error {
-			return u.Add(OpenAccount("acc-3", "cy", e.stamper))
+			return u.Add(OpenAccount("acc-3", "cy"))
 		}))
 		require.NoError(t, outer.Commit().Error)
 		assert.Equal(t, []int{2}, calls, "RunTx's caller commits where bento cannot see it")
@@ -100,7 +100,7 @@ func TestAfterCommitHook(t *testing.T) {
 		calls = nil
 		owned := uow.Own(db.Begin())
 		require.NoError(t, units.Run(owned.Join(ctx), func(ctx context.Context, u *uow.UnitOfWork) error {
-			return u.Add(OpenAccount("acc-4", "di", e.stamper))
+			return u.Add(OpenAccount("acc-4", "di"))
 		}))
 		assert.Empty(t, calls, "not before the owner commits")
 		require.NoError(t, owned.Commit())
@@ -111,7 +111,7 @@ func TestAfterCommitHook(t *testing.T) {
 		calls = nil
 		owned = uow.Own(db.Begin())
 		require.NoError(t, units.Run(owned.Join(ctx), func(ctx context.Context, u *uow.UnitOfWork) error {
-			return u.Add(OpenAccount("acc-5", "ed", e.stamper))
+			return u.Add(OpenAccount("acc-5", "ed"))
 		}))
 		owned.Rollback()
 		assert.Empty(t, calls, "a rolled back transaction is never reported")
@@ -121,7 +121,7 @@ func TestAfterCommitHook(t *testing.T) {
 		calls = nil
 		tx := db.Begin()
 		require.NoError(t, units.Run(uow.ContextWithTx(ctx, tx), func(ctx context.Context, u *uow.UnitOfWork) error {
-			return u.Add(OpenAccount("acc-9", "fy", e.stamper))
+			return u.Add(OpenAccount("acc-9", "fy"))
 		}))
 		require.NoError(t, tx.Commit().Error)
 		assert.Empty(t, calls)
@@ -131,7 +131,7 @@ func TestAfterCommitHook(t *testing.T) {
 		calls = nil
 		require.NoError(t, units.Run(ctx, func(ctx context.Context, u *uow.UnitOfWork) error {
 			if err := units.Run(ctx, func(ctx context.Context, inner *uow.UnitOfWork) error {
-				b := OpenAccount("acc-6", "fay", e.stamper)
+				b := OpenAccount("acc-6", "fay")
 				if err := b.Deposit(5); err != nil {
 					return err
 				}
@@ -140,12 +140,12 @@ func TestAfterCommitHook(t *testing.T) {
 				return err
 			}
 			assert.Empty(t, calls, "the nested unit's hook waits for the outer commit")
-			return u.Add(OpenAccount("acc-7", "gus", e.stamper))
+			return u.Add(OpenAccount("acc-7", "gus"))
 		}))
 		assert.Equal(t, []int{1, 2}, calls)
 		require.Error(t, units.Run(ctx, func(ctx context.Context, u *uow.UnitOfWork) error {
 			require.NoError(t, units.Run(ctx, func(ctx context.Context, inner *uow.UnitOfWork) error {
-				return inner.Add(OpenAccount("acc-8", "hal", e.stamper))
+				return inner.Add(OpenAccount("acc-8", "hal"))
 			}))
 			return errInjected
 		}))
@@ -155,17 +155,17 @@ func TestAfterCommitHook(t *testing.T) {
 
 func TestEnqueuedMetric(t *testing.T) {
 	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend, db *gorm.DB) {
-		e := setup(t, b, db)
+		setup(t, b, db) // the tables
 		reg := prometheus.NewRegistry()
 		units, err := uow.New(db, &uow.Config{Registerer: reg})
 		require.NoError(t, err)
 		_, err = uow.New(db, &uow.Config{Registerer: reg}) // a second manager shares the counter
 		require.NoError(t, err)
-		a := OpenAccount("acc-1", "ann", e.stamper)
+		a := OpenAccount("acc-1", "ann")
 		require.NoError(t, a.Deposit(3))
 		require.NoError(t, units.Run(context.Background(), func(ctx context.Context, u *uow.UnitOfWork) error { return u.Add(a) }))
 		_ = units.Run(context.Background(), func(ctx context.Context, u *uow.UnitOfWork) error {
-			_ = u.Add(OpenAccount("acc-2", "bob", e.stamper))
+			_ = u.Add(OpenAccount("acc-2", "bob"))
 			return errInjected // rolled back: not counted
 		})
 		mfs, err := reg.Gather()

@@ -63,7 +63,7 @@ func TestCommitCarriesTraceContext(t *testing.T) {
 	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend, db *gorm.DB) {
 		e, tp, rec := tracedEnv(t, b, db)
 		ctx, request := tp.Tracer("test").Start(context.Background(), "request")
-		a := OpenAccount("acc-1", "ann", e.stamper)
+		a := OpenAccount("acc-1", "ann")
 		require.NoError(t, a.Deposit(10))
 		require.NoError(t, e.units.Run(ctx, func(ctx context.Context, u *uow.UnitOfWork) error { return u.Track(a) }))
 		request.End()
@@ -129,7 +129,7 @@ func TestFailedCommitSpan(t *testing.T) {
 		e.commitNew(t, "acc-1")
 		u, err := e.units.Begin(context.Background(), nil)
 		require.NoError(t, err)
-		require.NoError(t, u.Track(OpenAccount("acc-1", "bob", e.stamper))) // already exists
+		require.NoError(t, u.Track(OpenAccount("acc-1", "bob"))) // already exists
 		err = u.Commit(context.Background())
 		require.ErrorIs(t, err, uow.ErrConcurrencyConflict)
 

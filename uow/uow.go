@@ -265,19 +265,18 @@ func (u *UnitOfWork) messages(r aggregate.Root) ([]*outbox.Message, error) {
 		}
 		topic := ev.Event.EventType()
 		if ev.AggregateID != b.ID {
-			return nil, fmt.Errorf("uow: commit: %w: event %s (%s) was recorded by %s %q, not %q: set the id before recording",
-				ErrInvalidEvent, ev.ID, topic, typ, ev.AggregateID, b.ID)
+			return nil, fmt.Errorf("uow: commit: %w: event v%d (%s) was recorded by %s %q, not %q: set the id before recording",
+				ErrInvalidEvent, ev.AggregateVersion, topic, typ, ev.AggregateID, b.ID)
 		}
 		payload, err := outbox.EncodePayload(ev.Event)
 		if err != nil {
-			return nil, fmt.Errorf("uow: commit: event %s (%s) of %s %s: %w", ev.ID, topic, typ, b.ID, err)
+			return nil, fmt.Errorf("uow: commit: event v%d (%s) of %s %s: %w", ev.AggregateVersion, topic, typ, b.ID, err)
 		}
 		var md outbox.Metadata
 		if u.m.cfg.Producer != "" {
 			md = outbox.Metadata{outbox.MetaProducer: u.m.cfg.Producer}
 		}
-		msgs = append(msgs, &outbox.Message{
-			ID:               ev.ID,
+		msgs = append(msgs, &outbox.Message{ // the store stamps ID and OccurredAt
 			TenantID:         u.tenant,
 			Topic:            topic,
 			AggregateType:    typ,
@@ -286,7 +285,6 @@ func (u *UnitOfWork) messages(r aggregate.Root) ([]*outbox.Message, error) {
 			SchemaVersion:    aggregate.SchemaVersionOf(ev.Event),
 			Payload:          payload,
 			Metadata:         md,
-			OccurredAt:       ev.OccurredAt,
 		})
 	}
 	return msgs, nil

@@ -85,7 +85,7 @@ func newEnv(t *testing.T) *env {
 	require.NoError(t, inbox.Migrate(ctx, db))
 	require.NoError(t, idempotency.Migrate(ctx, db))
 	clock := testenv.NewStamper(time.Now().UTC())
-	st, err := outbox.NewStore(db, &outbox.Config{Stamper: clock, Test: outbox.TestConfig{Clock: clock}})
+	st, err := outbox.NewStore(db, &outbox.Config{Clock: clock, Test: outbox.TestConfig{Clock: clock}})
 	require.NoError(t, err)
 	return &env{db: db, dsn: dsn, store: st, clock: clock}
 }
@@ -605,7 +605,7 @@ func TestMaintainPartitions(t *testing.T) {
 	assert.Equal(t, []string{"p", "p"}, kinds, "both tables are partitioned")
 
 	clock := testenv.NewStamper(past.Add(time.Hour))
-	st, err := outbox.NewStore(db, &outbox.Config{Stamper: clock, Test: outbox.TestConfig{Clock: clock}})
+	st, err := outbox.NewStore(db, &outbox.Config{Clock: clock, Test: outbox.TestConfig{Clock: clock}})
 	require.NoError(t, err)
 	e := &env{db: db, dsn: dsn, store: st, clock: clock}
 	sent := e.seed(t, event{topic: "order.paid", status: outbox.StatusSent})

@@ -58,7 +58,7 @@ func stock(t *testing.T, env *bentotest.Env, sku string) int64 {
 
 func TestOrderRecordsItsEvents(t *testing.T) {
 	t.Parallel()
-	o, err := order.Place("o-1", "c1", []order.Item{{SKU: "tea", Qty: 2}}, order.DefaultCatalog(), nil)
+	o, err := order.Place("o-1", "c1", []order.Item{{SKU: "tea", Qty: 2}}, order.DefaultCatalog())
 	require.NoError(t, err)
 	require.NoError(t, o.Pay())
 	bentotest.RequireRecorded(t, o,

@@ -13,7 +13,7 @@ import (
 // commit together (in the idempotency ledger's transaction when the request
 // carries an Idempotency-Key).
 func (a *App) PlaceOrder(ctx context.Context, customerID string, items []order.Item) (*order.Order, error) {
-	o, err := order.Place(aggregate.NewID(), customerID, items, a.catalog, nil)
+	o, err := order.Place(aggregate.NewID(), customerID, items, a.catalog)
 	if err != nil {
 		return nil, err
 	}

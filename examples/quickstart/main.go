@@ -286,7 +286,6 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	events := []string{o.PendingEvents()[0].ID}
 	if err := units.Run(ctx, func(ctx context.Context, u *uow.UnitOfWork) error { return u.Add(o) }); err != nil {
 		return fmt.Errorf("place: %w", err)
 	}
@@ -296,23 +295,20 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if err := o.Pay(); err != nil {
-			return err
-		}
-		events = append(events, o.PendingEvents()[0].ID)
-		return nil
+		return o.Pay()
 	}); err != nil {
 		return fmt.Errorf("pay: %w", err)
 	}
 	fmt.Fprintf(out, "paid order %s\n", o.ID)
 
-	// 5. Watch the events in the outbox until they are sent, then wait
-	// for the consumer.
-	if err := watch(ctx, stack.Outbox, events, out); err != nil {
+	// 5. Watch the order's two events in the outbox until they are sent,
+	// then wait for the consumer.
+	const events = 2
+	if err := watch(ctx, db, o, events, out); err != nil {
 		return err
 	}
 	var notes []Notification
-	for len(notes) < len(events) {
+	for len(notes) < events {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("waiting for the consumer: %w", ctx.Err())
@@ -332,30 +328,33 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	return nil
 }
 
-// watch prints each change of state of the outbox rows of the events ids
-// until all of them are sent.
-func watch(ctx context.Context, store *outbox.Store, ids []string, out io.Writer) error {
-	last := map[string]string{}
+// watch prints each change of state of the outbox rows of the first n
+// events of o (an aggregate's events are its versions 1, 2, ...) until all
+// of them are sent.
+func watch(ctx context.Context, db *gorm.DB, o *Order, n int, out io.Writer) error {
+	last := map[int64]string{}
 	for {
+		var rows []outbox.Message
+		err := db.WithContext(ctx).Where("aggregate_type = ? AND aggregate_id = ? AND aggregate_version <= ?",
+			o.AggregateType(), o.ID, n).Order("aggregate_version").Find(&rows).Error
+		if err != nil {
+			return fmt.Errorf("outbox: %w", err)
+		}
 		sent := 0
-		for _, id := range ids {
-			m, err := store.Get(ctx, id)
-			if err != nil {
-				return fmt.Errorf("outbox: %w", err)
-			}
+		for _, m := range rows {
 			state := string(m.Status)
 			if m.LastError != nil && m.Status != outbox.StatusSent {
 				state = fmt.Sprintf("%s after %d failed attempts (%s)", m.Status, m.Attempts, *m.LastError)
 			}
-			if state != last[id] {
+			if state != last[m.AggregateVersion] {
 				fmt.Fprintf(out, "outbox: %s v%d %s\n", m.Topic, m.AggregateVersion, state)
-				last[id] = state
+				last[m.AggregateVersion] = state
 			}
 			if m.Status == outbox.StatusSent {
 				sent++
 			}
 		}
-		if sent == len(ids) {
+		if sent == n {
 			return nil
 		}
 		select {

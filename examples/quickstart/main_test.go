@@ -15,7 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
-	"github.com/bentoevents/bento/internal/embeddb"
+	"github.com/bentoevents/bento/consumer"
+	"github.com/bentoevents/bento/embedded"
 	"github.com/bentoevents/bento/internal/testenv"
 )
 
@@ -52,7 +53,7 @@ func TestQuickstartOnTheEmbeddedDefault(t *testing.T) {
 	cfg := config{DBPath: path, Group: "quickstart.notification", BreakFor: time.Second, Log: quiet()}
 	require.NoError(t, run(context.Background(), cfg, &out))
 
-	db, err := embeddb.Open(path, nil)
+	db, err := embedded.OpenSQLite(path, nil)
 	require.NoError(t, err)
 	sqlDB, _ := db.DB()
 	defer sqlDB.Close()
@@ -64,7 +65,7 @@ func TestQuickstartOnPostgresAndRabbitMQ(t *testing.T) {
 	db, dsn := testenv.Postgres(t)
 	ex := testenv.NewExchange(t)
 	group := ex.Name + ".notification"
-	ex.Queues(group, group+".dead")
+	ex.Partitioned(group, consumer.DefaultPartitions) // deleted at cleanup
 	var out bytes.Buffer
 	cfg := config{DatabaseURL: dsn, AMQPURL: ex.URL, Exchange: ex.Name, Group: group, BreakFor: time.Second, Log: quiet()}
 	require.NoError(t, run(context.Background(), cfg, &out))

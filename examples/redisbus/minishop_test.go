@@ -212,7 +212,7 @@ func place(t *testing.T, units *uow.Manager, customer string) string {
 	id := aggregate.NewID()
 	require.NoError(t, units.Run(context.Background(), func(ctx context.Context, u *uow.UnitOfWork) error {
 		o, err := order.Place(id, customer, []order.Item{{SKU: "apple", Qty: 2}, {SKU: "coffee", Qty: 1}},
-			order.DefaultCatalog(), nil)
+			order.DefaultCatalog())
 		if err != nil {
 			return err
 		}

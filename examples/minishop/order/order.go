@@ -119,8 +119,8 @@ type OrderCancelled struct {
 func (OrderCancelled) EventType() string { return "order.cancelled" }
 
 // Place prices the items from the catalog and returns a new order with the
-// given id, recording OrderPlaced. s may be nil for the system clock.
-func Place(id, customerID string, lines []Item, catalog Catalog, s aggregate.Stamper) (*Order, error) {
+// given id, recording OrderPlaced.
+func Place(id, customerID string, lines []Item, catalog Catalog) (*Order, error) {
 	if err := checkCustomerID(customerID); err != nil {
 		return nil, err
 	}
@@ -132,7 +132,6 @@ func Place(id, customerID string, lines []Item, catalog Catalog, s aggregate.Sta
 	}
 	o := &Order{CustomerID: customerID, Status: StatusPlaced}
 	o.ID = id
-	o.SetStamper(s)
 	for _, l := range lines {
 		if l.Qty < 1 || l.Qty > MaxQty {
 			return nil, fmt.Errorf("%w: %q has quantity %d", ErrBadQuantity, l.SKU, l.Qty)

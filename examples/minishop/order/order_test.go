@@ -13,7 +13,7 @@ import (
 
 func TestPlacePricesFromCatalog(t *testing.T) {
 	t.Parallel()
-	o, err := order.Place("o-1", "c1", []order.Item{{SKU: "apple", Qty: 2}, {SKU: "tea", Qty: 1}}, order.DefaultCatalog(), nil)
+	o, err := order.Place("o-1", "c1", []order.Item{{SKU: "apple", Qty: 2}, {SKU: "tea", Qty: 1}}, order.DefaultCatalog())
 	require.NoError(t, err)
 	assert.Equal(t, int64(2*120+600), o.TotalCents)
 	assert.Equal(t, order.StatusPlaced, o.Status)
@@ -46,14 +46,14 @@ func TestPlaceRejectsBadInput(t *testing.T) {
 		{"c\n1", []order.Item{{SKU: "apple", Qty: 1}}, order.ErrBadCustomer},
 	}
 	for _, c := range cases {
-		_, err := order.Place("o-1", c.customer, c.items, cat, nil)
+		_, err := order.Place("o-1", c.customer, c.items, cat)
 		require.ErrorIs(t, err, c.want)
 	}
 }
 
 func TestPayAndCancelFollowTheStateMachine(t *testing.T) {
 	t.Parallel()
-	o, err := order.Place("o-1", "c1", []order.Item{{SKU: "coffee", Qty: 1}}, order.DefaultCatalog(), nil)
+	o, err := order.Place("o-1", "c1", []order.Item{{SKU: "coffee", Qty: 1}}, order.DefaultCatalog())
 	require.NoError(t, err)
 	require.NoError(t, o.Pay())
 	require.ErrorIs(t, o.Pay(), order.ErrNotPayable)
@@ -64,7 +64,7 @@ func TestPayAndCancelFollowTheStateMachine(t *testing.T) {
 	assert.Equal(t, "order.paid", evs[1].Topic())
 	assert.Equal(t, int64(2), o.Version)
 
-	c, err := order.Place("o-2", "c1", []order.Item{{SKU: "tea", Qty: 1}}, order.DefaultCatalog(), nil)
+	c, err := order.Place("o-2", "c1", []order.Item{{SKU: "tea", Qty: 1}}, order.DefaultCatalog())
 	require.NoError(t, err)
 	require.NoError(t, c.Cancel())
 	assert.Equal(t, order.StatusCancelled, c.Status)
@@ -77,15 +77,15 @@ func TestPayAndCancelFollowTheStateMachine(t *testing.T) {
 func TestTotalNeverOverflows(t *testing.T) {
 	t.Parallel()
 	cat := order.Catalog{"gold": math.MaxInt64 / 1000}
-	o, err := order.Place("o-1", "c1", []order.Item{{SKU: "gold", Qty: 1000}}, cat, nil)
+	o, err := order.Place("o-1", "c1", []order.Item{{SKU: "gold", Qty: 1000}}, cat)
 	require.NoError(t, err)
 	assert.Equal(t, int64(math.MaxInt64/1000*1000), o.TotalCents)
 
-	_, err = order.Place("o-2", "c1", []order.Item{{SKU: "gold", Qty: 1000}, {SKU: "gold", Qty: 1}}, cat, nil)
+	_, err = order.Place("o-2", "c1", []order.Item{{SKU: "gold", Qty: 1000}, {SKU: "gold", Qty: 1}}, cat)
 	require.ErrorIs(t, err, order.ErrOverflow)
 
 	cat["gold"] = math.MaxInt64/999 + 1
-	_, err = order.Place("o-3", "c1", []order.Item{{SKU: "gold", Qty: 999}}, cat, nil)
+	_, err = order.Place("o-3", "c1", []order.Item{{SKU: "gold", Qty: 999}}, cat)
 	require.ErrorIs(t, err, order.ErrOverflow)
 }
 
@@ -94,7 +94,7 @@ func TestTotalNeverOverflows(t *testing.T) {
 // the order can be paid afterwards; a paid order cannot fail a payment.
 func TestPaymentFailedKeepsTheOrderPayable(t *testing.T) {
 	t.Parallel()
-	o, err := order.Place("o-1", "c1", []order.Item{{SKU: "tea", Qty: 2}}, order.DefaultCatalog(), nil)
+	o, err := order.Place("o-1", "c1", []order.Item{{SKU: "tea", Qty: 2}}, order.DefaultCatalog())
 	require.NoError(t, err)
 	require.NoError(t, o.PaymentFailed("card declined"))
 	assert.Equal(t, order.StatusPlaced, o.Status)
