@@ -229,6 +229,23 @@ func TestRecorderSeesFatal(t *testing.T) {
 	}
 }
 
+// wrapped returns a Factory over the memory bus whose subscribers are
+// wrapped with wrap.
+func wrapped(wrap func(message.Subscriber) message.Subscriber) bustest.Factory {
+	return func(t bustest.TB) *bustest.Bus {
+		b := memoryBus(t)
+		newSub := b.NewSubscriber
+		b.NewSubscriber = func(t bustest.TB, group string, topics []string) (message.Subscriber, error) {
+			s, err := newSub(t, group, topics)
+			if err != nil {
+				return nil, err
+			}
+			return wrap(s), nil
+		}
+		return b
+	}
+}
+
 // forgetful is a subscriber that loses the message in hand when it is
 // closed or its Subscribe context is cancelled (it acks it): the
 // dropped-connection check must fail on it.
@@ -297,12 +314,7 @@ func (f *forgetful) Close() error {
 func TestForgetfulSubscriberFailsDroppedConnection(t *testing.T) {
 	t.Parallel()
 	f := func(t bustest.TB) *bustest.Bus {
-		b := memoryBus(t)
-		newSub := b.NewSubscriber
-		b.NewSubscriber = func(t bustest.TB, group string, topics []string) (message.Subscriber, error) {
-			s, err := newSub(t, group, topics)
-			return newForgetful(s), err
-		}
+		b := wrapped(func(s message.Subscriber) message.Subscriber { return newForgetful(s) })(t)
 		b.RedeliveryTimeout = time.Second
 		return b
 	}
@@ -348,15 +360,7 @@ func (s *stubborn) Close() error {
 
 func TestStubbornSubscriberFailsDroppedConnection(t *testing.T) {
 	t.Parallel()
-	f := func(t bustest.TB) *bustest.Bus {
-		b := memoryBus(t)
-		newSub := b.NewSubscriber
-		b.NewSubscriber = func(t bustest.TB, group string, topics []string) (message.Subscriber, error) {
-			s, err := newSub(t, group, topics)
-			return &stubborn{inner: s}, err
-		}
-		return b
-	}
+	f := wrapped(func(s message.Subscriber) message.Subscriber { return &stubborn{inner: s} })
 	r := record(t, bustest.CheckDroppedConnection, f)
 	assert.False(t, r.fatal, "failures: %q", r.failures)
 	require.Len(t, r.failures, 1, "failures: %q", r.failures)
