@@ -1,7 +1,7 @@
 // Package fakeclock is a fake clock with deterministic ids: the
-// implementation under bentotest.Clock, for users' tests, and under
-// testenv's stamper, for bento's own. It sits below both so that neither
-// imports the other.
+// implementation under bentotest.Clock, for users' tests, and
+// testenv.Stamper, for bento's own. It sits below both, so that the
+// machinery of bento's tests does not import the public test kit.
 package fakeclock
 
 import (
