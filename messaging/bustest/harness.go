@@ -149,14 +149,19 @@ func (c *check) subscribe(name, group string, topics ...string) *consumer {
 func (k *consumer) forward(ch <-chan *message.Message) {
 	defer close(k.done)
 	for {
-		var m *message.Message
 		select {
-		case <-k.halt:
+		case <-k.halt: // first, so that a crashed consumer reads no more
 			<-k.closing
 			for m := range ch {
 				m.Nack()
 			}
 			return
+		default:
+		}
+		var m *message.Message
+		select {
+		case <-k.halt:
+			continue
 		case got, ok := <-ch:
 			if !ok {
 				return
