@@ -16,7 +16,8 @@
 //
 //   - [CheckDelivery]: every accepted message reaches a subscribed group,
 //     also when several goroutines publish at once (the relay publishes
-//     concurrently), and nothing arrives that was not published. A message
+//     concurrently) and one Publish call carries many messages, and
+//     nothing arrives that was not published. A message
 //     the bus accepts and then loses is an event lost for good: the outbox
 //     row is already marked sent.
 //   - [CheckRoundTrip]: UUID, metadata and payload arrive byte for byte. The

@@ -344,11 +344,24 @@ func (c *check) newMessage(topic string, seq int) *message.Message {
 // check on the first error.
 func (c *check) publish(topic string, msgs ...*message.Message) {
 	c.t.Helper()
-	for i, m := range msgs {
-		if err := c.bus.Publisher.Publish(topic, m); err != nil {
-			c.fatalf("Publish of message %d of %d (%s) to %q: %v", i+1, len(msgs), m.UUID, topic, err)
+	if err := publishIn(c.bus.Publisher, 1, topic, msgs); err != nil {
+		c.fatalf("%v", err)
+	}
+}
+
+// publishIn publishes msgs in order, size of them per Publish call (the
+// last call may take fewer), and returns the first error.
+func publishIn(p message.Publisher, size int, topic string, msgs []*message.Message) error {
+	for i := 0; i < len(msgs); i += size {
+		part := msgs[i:min(i+size, len(msgs))]
+		if err := p.Publish(topic, part...); err != nil {
+			if len(part) == 1 {
+				return fmt.Errorf("Publish of message %d of %d (%s) to %q: %w", i+1, len(msgs), part[0].UUID, topic, err)
+			}
+			return fmt.Errorf("Publish of messages %d to %d of %d (%s, ...) to %q: %w", i+1, i+len(part), len(msgs), part[0].UUID, topic, err)
 		}
 	}
+	return nil
 }
 
 func randomHex(n int) string {
