@@ -34,7 +34,7 @@ var secret = []byte("0123456789abcdef0123456789abcdef")
 type env struct {
 	db     *gorm.DB
 	store  *outbox.Store
-	clock  *testenv.Stamper
+	clock  *testenv.Clock
 	rows   map[string]*outbox.Message
 	con    *console.Console
 	srv    *httptest.Server
@@ -55,7 +55,7 @@ func setupAt(t *testing.T, db *gorm.DB, cfg *console.Config, prefix string) *env
 	t.Helper()
 	ctx := context.Background()
 	require.NoError(t, outbox.Migrate(ctx, db))
-	clock := testenv.NewStamper(epoch)
+	clock := testenv.NewClock(epoch)
 	store, err := outbox.NewStore(db, &outbox.Config{Clock: clock, Test: outbox.TestConfig{Clock: clock}})
 	require.NoError(t, err)
 	e := &env{db: db, store: store, clock: clock, prefix: prefix}

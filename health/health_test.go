@@ -80,10 +80,10 @@ func zeroDuration(r health.Result) health.Result {
 	return r
 }
 
-// laterStamper reads the clock an hour ahead.
-type laterStamper struct{ aggregate.SystemClock }
+// laterClock reads the clock an hour ahead.
+type laterClock struct{ aggregate.SystemClock }
 
-func (laterStamper) Now() time.Time { return time.Now().UTC().Add(time.Hour) }
+func (laterClock) Now() time.Time { return time.Now().UTC().Add(time.Hour) }
 
 // TestChecksOfBento: the database, broker, relay and consumer checks pass
 // against working services and fail, saying why, against broken ones.
@@ -115,7 +115,7 @@ func TestChecksOfBento(t *testing.T) {
 	_, err = store.Add(ctx, db, "order.placed", map[string]string{"id": "o1"}, nil)
 	require.NoError(t, err)
 	assert.NoError(t, run(health.Relay(store, time.Minute)), "pending for less than a minute")
-	later, err := outbox.NewStore(db, &outbox.Config{Clock: laterStamper{}})
+	later, err := outbox.NewStore(db, &outbox.Config{Clock: laterClock{}})
 	require.NoError(t, err)
 	err = run(health.Relay(later, time.Minute))
 	assert.ErrorIs(t, err, health.ErrRelayBehind)

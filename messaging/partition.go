@@ -254,7 +254,8 @@ func declarePartitionQueue(ch *amqp.Channel, hx, queue string, args amqp.Table) 
 // ended is the same give-back). It never nacks on its own: on a quorum
 // queue each give-back counts one delivery toward the delivery limit, and
 // a consumer that stops costs the messages at the head of its partition at
-// most one. The subscription's channel closes when ctx ends or the
+// most one. The subscription's channel closes when ctx ends, the
+// subscriber is closed (also while nobody reads the channel) or the
 // connection is lost; subscribe again to resume (the subscriber dials
 // again).
 //
@@ -264,8 +265,9 @@ func NewPartitionSubscriber(ctx context.Context, cfg *AMQPConfig, spec Partition
 		return nil, err
 	}
 	c, _ := cfg.resolve() // DeclarePartitions validated it
+	stop, stopAll := context.WithCancel(context.Background())
 	return &partitionSubscriber{cfg: c, hx: hashExchange(c.Exchange, spec.Group), args: spec.queueArgs(),
-		prefetch: max(spec.Prefetch, 1)}, nil
+		prefetch: max(spec.Prefetch, 1), stop: stop, stopAll: stopAll}, nil
 }
 
 // partitionSubscriber consumes partition queues over one connection, dialed
@@ -275,6 +277,10 @@ type partitionSubscriber struct {
 	hx       string
 	args     amqp.Table
 	prefetch int
+	// stop is cancelled by Close, which ends every subscription even
+	// when nobody reads its channel.
+	stop    context.Context
+	stopAll context.CancelFunc
 
 	mu     sync.Mutex
 	conn   *amqp.Connection
@@ -331,11 +337,15 @@ func (s *partitionSubscriber) Subscribe(ctx context.Context, queue string) (<-ch
 	}
 	// Buffered so that a consumer taking several at once finds them there.
 	out := make(chan *message.Message, s.prefetch-1)
+	ctx, cancel := context.WithCancel(ctx)
+	unhook := context.AfterFunc(s.stop, cancel)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		defer close(out)
 		defer func() { _ = ch.Close() }() // gives back what was delivered and not acked
+		defer unhook()
+		defer cancel()
 		consumePartition(ctx, deliveries, out)
 	}()
 	return out, nil
@@ -438,13 +448,15 @@ func isAcked(msg *message.Message) bool {
 	}
 }
 
-// Close closes the connection, which ends every subscription, and waits
-// for them.
+// Close ends every subscription, as the end of its context does, also
+// one whose channel nobody reads, closes the connection, and waits for
+// them.
 func (s *partitionSubscriber) Close() error {
 	s.mu.Lock()
 	s.closed = true
 	conn := s.conn
 	s.mu.Unlock()
+	s.stopAll()
 	if conn != nil {
 		_ = conn.Close()
 	}

@@ -251,6 +251,41 @@ func TestAMQPPartitionSingleActiveConsumerHandsOver(t *testing.T) {
 	checkHandover(t, r.publisher(), messaging.PartitionQueue(spec.Group, 0), subs[0], subs[1])
 }
 
+// TestAMQPPartitionCloseEndsAnUnreadSubscription closes a partition
+// subscriber while its subscription holds a message nobody reads, its
+// context still live, as a process does that stops reading and shuts down
+// between two messages: Close must return, the channel close, and the
+// message go back to the partition.
+func TestAMQPPartitionCloseEndsAnUnreadSubscription(t *testing.T) {
+	t.Parallel()
+	r := setupRabbit(t)
+	spec := r.partitions("billing", 1)
+	q := messaging.PartitionQueue(spec.Group, 0)
+	sub, err := messaging.NewPartitionSubscriber(ctxTimeout(t), r.cfg, spec)
+	require.NoError(t, err)
+	require.NoError(t, r.publisher().Publish("order.placed", aggMsg("a", 1)))
+	require.Eventually(t, func() bool { return r.depth(q) == 1 }, waitFor, 10*time.Millisecond, "the message is in its partition")
+	ch, err := sub.Subscribe(t.Context(), q)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return r.depth(q) == 0 }, waitFor, 10*time.Millisecond, "the broker delivered the message to the subscription")
+
+	closed := make(chan error, 1)
+	go func() { closed <- sub.Close() }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(waitFor):
+		t.Fatal("Close did not return while the subscription held a message nobody read")
+	}
+	select {
+	case m, ok := <-ch:
+		require.False(t, ok, "the channel delivered %v after Close", m)
+	case <-time.After(waitFor):
+		t.Fatal("the channel was not closed by Close")
+	}
+	require.Eventually(t, func() bool { return r.depth(q) == 1 }, waitFor, 10*time.Millisecond, "the message is back in its partition")
+}
+
 func TestAMQPQuorumPartitionDeadLettersPastTheDeliveryLimit(t *testing.T) {
 	t.Parallel()
 	r := setupRabbit(t)

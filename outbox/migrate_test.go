@@ -56,7 +56,7 @@ func TestMigrateIsIdempotent(t *testing.T) {
 		requireMigrated(t, db)
 
 		// A row written before the second run survives it.
-		st := testenv.NewStamper(epoch)
+		st := testenv.NewClock(epoch)
 		store, err := outbox.NewStore(db, &outbox.Config{Clock: st})
 		require.NoError(t, err)
 		tx := begin(t, db)

@@ -37,7 +37,7 @@ func partitionedEnv(t *testing.T) *env {
 	require.NoError(t, outbox.MigrateWith(context.Background(), db, &outbox.MigrateOpts{
 		Partitioning: outbox.Daily, Ahead: 10, Now: func() time.Time { return nov1 },
 	}))
-	st := testenv.NewStamper(nov1)
+	st := testenv.NewClock(nov1)
 	store, err := outbox.NewStore(db, &outbox.Config{Clock: st})
 	require.NoError(t, err)
 	return &env{db: db, store: store, stamper: st}

@@ -27,15 +27,15 @@ type orderPaid struct {
 type env struct {
 	db      *gorm.DB
 	store   *outbox.Store
-	stamper *testenv.Stamper
+	stamper *testenv.Clock
 }
 
 // setup migrates db and returns a store whose clock starts at epoch. cfg may
-// be nil; its Stamper is replaced by the fake one.
+// be nil; its Clock is replaced by the fake one.
 func setup(t *testing.T, db *gorm.DB, cfg *outbox.Config) *env {
 	t.Helper()
 	require.NoError(t, outbox.Migrate(context.Background(), db))
-	st := testenv.NewStamper(epoch)
+	st := testenv.NewClock(epoch)
 	c := outbox.Config{}
 	if cfg != nil {
 		c = *cfg

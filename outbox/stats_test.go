@@ -143,7 +143,7 @@ func TestStatsAgeNeverNegative(t *testing.T) {
 		e.add(ctx, t, "order.paid", orderPaid{OrderID: "o-1"}, nil)
 
 		// A store whose clock is behind the row's created_at.
-		behind, err := outbox.NewStore(db, &outbox.Config{Clock: testenv.NewStamper(epoch.Add(-time.Hour))})
+		behind, err := outbox.NewStore(db, &outbox.Config{Clock: testenv.NewClock(epoch.Add(-time.Hour))})
 		require.NoError(t, err)
 		st, err := behind.Stats(ctx, nil)
 		require.NoError(t, err)

@@ -355,7 +355,7 @@ func TestNewStoreConfig(t *testing.T) {
 	})
 	t.Run("custom", func(t *testing.T) {
 		t.Parallel()
-		st := testenv.NewStamper(epoch)
+		st := testenv.NewClock(epoch)
 		s, err := outbox.NewStore(db, &outbox.Config{MaxPayloadBytes: 64, Clock: st})
 		require.NoError(t, err)
 		assert.Equal(t, 64, s.Config().MaxPayloadBytes)

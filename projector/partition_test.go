@@ -38,7 +38,7 @@ func TestMaintenanceWhilePublishing(t *testing.T) {
 		Partitioning: outbox.Daily, Ahead: 25, Now: func() time.Time { return nov1 },
 	}))
 	require.NoError(t, db.AutoMigrate(&Counter{}))
-	clock := testenv.NewStamper(nov1.Add(time.Hour))
+	clock := testenv.NewClock(nov1.Add(time.Hour))
 	store, err := outbox.NewStore(db, &outbox.Config{Clock: clock, Test: outbox.TestConfig{Clock: clock}})
 	require.NoError(t, err)
 	units, err := uow.New(db, &uow.Config{Outbox: store})

@@ -61,7 +61,7 @@ func (a *Account) Deposit(amount int64) error {
 type env struct {
 	db      *gorm.DB
 	units   *uow.Manager
-	stamper *testenv.Stamper
+	stamper *testenv.Clock
 	backend testenv.Backend
 }
 
@@ -73,7 +73,7 @@ func setup(t *testing.T, b testenv.Backend, db *gorm.DB) *env {
 	ctx := context.Background()
 	require.NoError(t, outbox.Migrate(ctx, db))
 	require.NoError(t, db.AutoMigrate(&Account{}))
-	st := testenv.NewStamper(epoch)
+	st := testenv.NewClock(epoch)
 	store, err := outbox.NewStore(db, &outbox.Config{Clock: st, Test: outbox.TestConfig{Clock: st}})
 	require.NoError(t, err)
 	units, err := uow.New(db, &uow.Config{Outbox: store, Producer: "suite"})

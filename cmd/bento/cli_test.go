@@ -74,7 +74,7 @@ type env struct {
 	db    *gorm.DB
 	dsn   string
 	store *outbox.Store
-	clock *testenv.Stamper
+	clock *testenv.Clock
 }
 
 func newEnv(t *testing.T) *env {
@@ -84,7 +84,7 @@ func newEnv(t *testing.T) *env {
 	require.NoError(t, outbox.Migrate(ctx, db))
 	require.NoError(t, inbox.Migrate(ctx, db))
 	require.NoError(t, idempotency.Migrate(ctx, db))
-	clock := testenv.NewStamper(time.Now().UTC())
+	clock := testenv.NewClock(time.Now().UTC())
 	st, err := outbox.NewStore(db, &outbox.Config{Clock: clock, Test: outbox.TestConfig{Clock: clock}})
 	require.NoError(t, err)
 	return &env{db: db, dsn: dsn, store: st, clock: clock}
@@ -604,7 +604,7 @@ func TestMaintainPartitions(t *testing.T) {
 		Scan(&kinds).Error)
 	assert.Equal(t, []string{"p", "p"}, kinds, "both tables are partitioned")
 
-	clock := testenv.NewStamper(past.Add(time.Hour))
+	clock := testenv.NewClock(past.Add(time.Hour))
 	st, err := outbox.NewStore(db, &outbox.Config{Clock: clock, Test: outbox.TestConfig{Clock: clock}})
 	require.NoError(t, err)
 	e := &env{db: db, dsn: dsn, store: st, clock: clock}

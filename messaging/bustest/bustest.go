@@ -17,27 +17,46 @@ type TB interface {
 	Cleanup(func())
 }
 
-// Bus is one instance of the bus under test. Publisher publishes with routing
-// key = the Watermill topic.
+// Bus is one instance of the bus under test: its publisher, how to
+// subscribe to it, and which parts of the contract it promises. A field
+// left false or zero asks for the strictest contract.
 type Bus struct {
+	// Publisher publishes each message under its topic, the event type,
+	// which a broker uses as routing key. The Factory closes it.
 	Publisher message.Publisher
-	// NewSubscriber returns a subscriber of consumer group `group` that receives every message published
-	// to any of `topics` (exact event types, no wildcards). The suite calls Subscribe(ctx, group) on it once
-	// and BEFORE publishing anything it expects to receive; messages are acked or nacked by the suite.
-	// Closing the subscriber (or cancelling the Subscribe context) with a message delivered but not acked
-	// must make that message available again to the group (it is how the suite simulates a dropped connection).
+	// NewSubscriber returns a subscriber of consumer group `group` that
+	// receives every message published to any of `topics` (exact event
+	// types, no wildcards). The suite calls Subscribe(ctx, group) on it
+	// once, and BEFORE publishing anything it expects to receive; the suite
+	// acks or nacks the messages.
 	//
-	// A subscriber created later for a group that already exists (the
-	// dropped-connection check) must receive what the group still holds.
+	// Closing the subscriber, or cancelling the Subscribe context, with a
+	// message delivered but not acked must make that message available
+	// again to the group. Close must return, and close the channel, also
+	// while the Subscribe context is live and nobody reads the channel (it
+	// is how the suite simulates a crashed consumer). A subscriber created
+	// later for a group that already exists (the dropped-connection check)
+	// must receive what the group still holds.
+	//
 	// The suite closes every subscriber NewSubscriber returns, at the
 	// latest in a t.Cleanup registered after the Factory returned (so it
 	// runs before the Factory's own cleanups). NewSubscriber is called from
 	// the check's goroutine.
 	NewSubscriber func(t TB, group string, topics []string) (message.Subscriber, error)
-	// OrderedPerTopic reports that one consumer of a group receives the messages of one topic in publish order.
+	// OrderedPerTopic reports that one consumer of a group receives the
+	// messages of one topic in publish order. When it is false,
+	// CheckOrderPerTopic logs that and checks nothing.
 	OrderedPerTopic bool
-	// RedeliveryTimeout bounds how long the suite waits for a redelivery (some buses redeliver only after an idle
-	// time, e.g. Redis Streams pending-entry claims). Zero means 10 s.
+	// SingleActiveConsumer reports that the consumers of a group do not
+	// compete: one of them, the active one, receives all of the group's
+	// messages while the others stand by, and one of those takes over when
+	// it ends (RabbitMQ's single active consumer, as on bento's partition
+	// queues). CheckConsumerGroups then requires that exactly one of the two
+	// consumers of its shared group receives messages, instead of both.
+	SingleActiveConsumer bool
+	// RedeliveryTimeout bounds how long the suite waits for a redelivery
+	// (some buses redeliver only after an idle time, e.g. Redis Streams
+	// pending-entry claims). Zero means 10 s.
 	RedeliveryTimeout time.Duration
 }
 

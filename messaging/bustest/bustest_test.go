@@ -2,12 +2,8 @@ package bustest_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"regexp"
 	"slices"
 	"strings"
@@ -16,96 +12,11 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/bentoevents/bento/internal/testenv"
-	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/messaging/bustest"
 )
-
-// memoryBus is a Factory over a fresh messaging.MemoryBus.
-func memoryBus(t bustest.TB) *bustest.Bus {
-	bus := messaging.NewMemoryBus()
-	t.Cleanup(func() { _ = bus.Close() })
-	return &bustest.Bus{
-		Publisher: bus,
-		NewSubscriber: func(_ bustest.TB, group string, topics []string) (message.Subscriber, error) {
-			return bus.Subscriber(group, topics...), nil
-		},
-		OrderedPerTopic: true,
-	}
-}
-
-func TestMemoryBusConforms(t *testing.T) {
-	t.Parallel()
-	bustest.Run(t, memoryBus)
-}
-
-// rabbitMQ returns a Factory whose every Bus has its own exchange on the
-// test broker, deleted with its queues at cleanup.
-func rabbitMQ(amqpURL string) bustest.Factory {
-	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
-	return func(t bustest.TB) *bustest.Bus {
-		t.Helper()
-		cfg := &messaging.AMQPConfig{URL: amqpURL, Exchange: "bt." + randomHex(4), Logger: discard}
-		var mu sync.Mutex
-		queues := []string{cfg.Exchange + ".unroutable"}
-		t.Cleanup(func() { deleteTopology(t, amqpURL, cfg.Exchange, queues, &mu) })
-		pub, err := messaging.NewAMQPPublisher(cfg)
-		if err != nil {
-			t.Fatalf("NewAMQPPublisher: %v", err)
-		}
-		t.Cleanup(func() { _ = pub.Close() })
-		return &bustest.Bus{
-			Publisher: pub,
-			NewSubscriber: func(_ bustest.TB, group string, topics []string) (message.Subscriber, error) {
-				mu.Lock()
-				if !slices.Contains(queues, group) {
-					queues = append(queues, group)
-				}
-				mu.Unlock()
-				return messaging.NewAMQPSubscriber(cfg, group, topics...)
-			},
-			OrderedPerTopic: true,
-		}
-	}
-}
-
-// deleteTopology deletes the queues and the exchanges of one Bus.
-func deleteTopology(t bustest.TB, amqpURL, exchange string, queues []string, mu *sync.Mutex) {
-	conn, err := amqp.Dial(amqpURL)
-	if err != nil {
-		t.Logf("delete exchange %s: %v", exchange, err)
-		return
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Logf("delete exchange %s: %v", exchange, err)
-		return
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	for _, q := range queues {
-		if _, err := ch.QueueDelete(q, false, false, false); err != nil {
-			t.Logf("delete queue %s: %v", q, err)
-			return // the channel is closed after an error
-		}
-	}
-	for _, x := range []string{exchange, exchange + ".unroutable"} {
-		if err := ch.ExchangeDelete(x, false, false); err != nil {
-			t.Logf("delete exchange %s: %v", x, err)
-			return
-		}
-	}
-}
-
-func TestRabbitMQConforms(t *testing.T) {
-	t.Parallel()
-	bustest.Run(t, rabbitMQ(testenv.RequireAMQP(t)))
-}
 
 // lossy drops every tenth message it is asked to publish, and says it
 // published it.
@@ -318,12 +229,35 @@ func TestRecorderSeesFatal(t *testing.T) {
 	}
 }
 
-// forgetful is a subscriber that loses the message in hand when its
-// Subscribe context is cancelled (it acks it): the dropped-connection check
-// must fail on it.
+// wrapped returns a Factory over the memory bus whose subscribers are
+// wrapped with wrap.
+func wrapped(wrap func(message.Subscriber) message.Subscriber) bustest.Factory {
+	return func(t bustest.TB) *bustest.Bus {
+		b := memoryBus(t)
+		newSub := b.NewSubscriber
+		b.NewSubscriber = func(t bustest.TB, group string, topics []string) (message.Subscriber, error) {
+			s, err := newSub(t, group, topics)
+			if err != nil {
+				return nil, err
+			}
+			return wrap(s), nil
+		}
+		return b
+	}
+}
+
+// forgetful is a subscriber that loses the message in hand when it is
+// closed or its Subscribe context is cancelled (it acks it): the
+// dropped-connection check must fail on it.
 type forgetful struct {
-	inner message.Subscriber
-	wg    sync.WaitGroup
+	inner   message.Subscriber
+	closing chan struct{}
+	once    sync.Once
+	wg      sync.WaitGroup
+}
+
+func newForgetful(inner message.Subscriber) *forgetful {
+	return &forgetful{inner: inner, closing: make(chan struct{})}
 }
 
 func (f *forgetful) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
@@ -344,10 +278,15 @@ func (f *forgetful) Subscribe(ctx context.Context, topic string) (<-chan *messag
 			case m = <-in:
 			case <-ctx.Done():
 				return
+			case <-f.closing:
+				return
 			}
 			select {
 			case out <- m:
 			case <-ctx.Done():
+				m.Nack()
+				return
+			case <-f.closing:
 				m.Nack()
 				return
 			}
@@ -357,6 +296,9 @@ func (f *forgetful) Subscribe(ctx context.Context, topic string) (<-chan *messag
 			case <-ctx.Done():
 				m.Ack() // lost
 				return
+			case <-f.closing:
+				m.Ack() // lost
+				return
 			}
 		}
 	}()
@@ -364,6 +306,7 @@ func (f *forgetful) Subscribe(ctx context.Context, topic string) (<-chan *messag
 }
 
 func (f *forgetful) Close() error {
+	f.once.Do(func() { close(f.closing) })
 	f.wg.Wait()
 	return f.inner.Close()
 }
@@ -371,12 +314,7 @@ func (f *forgetful) Close() error {
 func TestForgetfulSubscriberFailsDroppedConnection(t *testing.T) {
 	t.Parallel()
 	f := func(t bustest.TB) *bustest.Bus {
-		b := memoryBus(t)
-		newSub := b.NewSubscriber
-		b.NewSubscriber = func(t bustest.TB, group string, topics []string) (message.Subscriber, error) {
-			s, err := newSub(t, group, topics)
-			return &forgetful{inner: s}, err
-		}
+		b := wrapped(func(s message.Subscriber) message.Subscriber { return newForgetful(s) })(t)
 		b.RedeliveryTimeout = time.Second
 		return b
 	}
@@ -385,8 +323,79 @@ func TestForgetfulSubscriberFailsDroppedConnection(t *testing.T) {
 	assert.Regexp(t, `^CheckDroppedConnection: message [0-9A-Z]{26}, delivered to a subscriber that was closed before acking it, did not come back`, r.failures[0])
 }
 
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
+// stubborn is a subscriber whose Close waits until each subscription has
+// handed out the message it holds or its Subscribe context is cancelled: a
+// consumer whose reader stopped cannot close it. The dropped-connection
+// check must fail on it.
+type stubborn struct {
+	inner message.Subscriber
+	wg    sync.WaitGroup
+}
+
+func (s *stubborn) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	in, err := s.inner.Subscribe(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan *message.Message)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer close(out)
+		for m := range in {
+			select {
+			case out <- m:
+			case <-ctx.Done():
+				m.Nack()
+			}
+		}
+	}()
+	return out, nil
+}
+
+func (s *stubborn) Close() error {
+	s.wg.Wait() // the bug: inner is closed only once the relay is done
+	return s.inner.Close()
+}
+
+func TestStubbornSubscriberFailsDroppedConnection(t *testing.T) {
+	t.Parallel()
+	f := wrapped(func(s message.Subscriber) message.Subscriber { return &stubborn{inner: s} })
+	r := record(t, bustest.CheckDroppedConnection, f)
+	assert.False(t, r.fatal, "failures: %q", r.failures)
+	require.Len(t, r.failures, 1, "failures: %q", r.failures)
+	assert.Regexp(t, `^CheckDroppedConnection: Close of the first consumer of group g did not return within 10s while nobody read its channel`, r.failures[0])
+}
+
+// TestSingleActiveConsumerIsChecked runs CheckConsumerGroups on buses
+// that misstate Bus.SingleActiveConsumer: competing consumers declared as a
+// single active one, and partition queues (a single active consumer each)
+// declared as competing. Both must fail, naming the two consumers' counts.
+func TestSingleActiveConsumerIsChecked(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		f    bustest.Factory
+		want string
+	}{
+		{"CompetingDeclaredSingle", func(t bustest.TB) *bustest.Bus {
+			b := memoryBus(t)
+			b.SingleActiveConsumer = true
+			return b
+		}, `^CheckConsumerGroups: consumer 1 of group g3 received [1-9]\d* messages and consumer 2 of group g3 [1-9]\d*: with Bus.SingleActiveConsumer exactly one`},
+		{"SingleDeclaredCompeting", func(t bustest.TB) *bustest.Bus {
+			b := memoryPartitions(3, 1)(t)
+			b.SingleActiveConsumer = false
+			return b
+		}, `^CheckConsumerGroups: consumer 1 of group g3 received 200 messages and consumer 2 of group g3 0: both must receive some`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := record(t, bustest.CheckConsumerGroups, tc.f)
+			assert.False(t, r.fatal, "failures: %q", r.failures)
+			require.Len(t, r.failures, 1, "failures: %q", r.failures)
+			assert.Regexp(t, tc.want, r.failures[0])
+		})
+	}
 }

@@ -10,10 +10,13 @@ import (
 )
 
 // CheckDelivery publishes 300 messages over 3 topics, from 3 goroutines (one
-// per topic), to a group subscribed to the 3 topics. Every message must
-// arrive at least once (each delivery is acked), and nothing else may
-// arrive: a message with a UUID the check did not publish is a failure.
-// Duplicates are logged, not failed.
+// per topic), to a group subscribed to the 3 topics: one message per
+// Publish call to the first topic, 10 per call to the second, and all 100
+// in one call to the third (Publish takes several messages, and a
+// publisher may pipeline them). Every message must arrive at least once
+// (each delivery is acked), and nothing else may arrive: a message with a
+// UUID the check did not publish is a failure. Duplicates are logged, not
+// failed.
 func CheckDelivery(t TB, f Factory) {
 	t.Helper()
 	c := begin(t, f, "CheckDelivery")
@@ -30,18 +33,14 @@ func CheckDelivery(t TB, f Factory) {
 	}
 	total := len(b.list)
 
+	sizes := []int{1, 10, perTopic} // messages per Publish call, by topic
 	errs := make([]error, len(topics))
 	var wg sync.WaitGroup
 	for i, topic := range topics {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for _, m := range msgs[i] {
-				if err := c.bus.Publisher.Publish(topic, m); err != nil {
-					errs[i] = fmt.Errorf("Publish of %s to %q: %w", m.UUID, topic, err)
-					return
-				}
-			}
+			errs[i] = publishIn(c.bus.Publisher, sizes[i], topic, msgs[i])
 		}()
 	}
 	published := make(chan struct{})
@@ -90,9 +89,9 @@ func CheckDelivery(t TB, f Factory) {
 
 // CheckOrderPerTopic checks, when Bus.OrderedPerTopic is set, that one
 // consumer receives 200 messages of one topic, published one after the
-// other, in publish order: the sequence numbers the check puts in the
-// metadata of its messages must increase along the first delivery of each
-// message. Redeliveries may come later; all 200 must arrive. When the bus
+// other (the first 100 one per Publish call, the others 20 per call), in
+// publish order: the sequence numbers the check puts in the metadata of its
+// messages must increase along the first delivery of each message. Redeliveries may come later; all 200 must arrive. When the bus
 // does not promise order, the check logs that and returns.
 func CheckOrderPerTopic(t TB, f Factory) {
 	t.Helper()
@@ -106,8 +105,13 @@ func CheckOrderPerTopic(t TB, f Factory) {
 
 	const n = 200
 	b := newBatch()
+	var msgs []*message.Message
 	for seq := range n {
-		c.publish(topic, c.add(b, topic, seq))
+		msgs = append(msgs, c.add(b, topic, seq))
+	}
+	c.publish(topic, msgs[:n/2]...)
+	if err := publishIn(c.bus.Publisher, 20, topic, msgs[n/2:]); err != nil {
+		c.fatalf("%v", err)
 	}
 
 	seen := map[string]int{}

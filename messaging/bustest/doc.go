@@ -1,8 +1,11 @@
 // Package bustest is a conformance suite for message buses: given a
 // [Factory] that builds a Watermill publisher and subscribers of a bus, it
 // checks what bento needs from a bus to deliver domain events reliably. It
-// runs on bento's own buses (messaging.MemoryBus and RabbitMQ); run it on
-// any other bus you put between bento's relay and your consumers.
+// runs on every publisher and subscriber bento ships: the memory bus
+// (messaging.MemoryBus, with its group and its partition subscribers), and
+// RabbitMQ with messaging.AMQPPublisher and messaging.ConfirmPublisher,
+// each with messaging.AMQPSubscriber and with messaging.NewPartitionSubscriber.
+// Run it on any other bus you put between bento's relay and your consumers.
 //
 // # What bento needs, and the check that proves it
 //
@@ -13,7 +16,8 @@
 //
 //   - [CheckDelivery]: every accepted message reaches a subscribed group,
 //     also when several goroutines publish at once (the relay publishes
-//     concurrently), and nothing arrives that was not published. A message
+//     concurrently) and one Publish call carries many messages, and
+//     nothing arrives that was not published. A message
 //     the bus accepts and then loses is an event lost for good: the outbox
 //     row is already marked sent.
 //   - [CheckRoundTrip]: UUID, metadata and payload arrive byte for byte. The
@@ -28,18 +32,29 @@
 //   - [CheckDroppedConnection]: a message delivered but never acked, because
 //     the consumer crashed or its connection dropped, goes back to the
 //     group. Without this at-least-once is only "at most once" for every
-//     consumer that dies mid-message.
+//     consumer that dies mid-message. The subscriber of the crashed
+//     consumer must close even though nobody reads its channel any more:
+//     a process that cannot close it cannot shut down.
 //   - [CheckConsumerGroups]: bento's consumer groups are one queue per
 //     group. Every group gets every message of its topics (the billing and
 //     the audit service both see order.paid), and the consumers of one group
 //     share its messages, each handled once (scaling a service out does not
-//     handle an event twice).
+//     handle an event twice). A bus whose groups have a single active
+//     consumer, such as bento's partition queues, says so with
+//     Bus.SingleActiveConsumer = true: one consumer must then receive all
+//     of the group's messages and the other none.
 //   - [CheckOrderPerTopic]: one consumer receives the messages of a topic in
 //     publish order. The relay publishes each aggregate's events in version
 //     order, so with this the first deliveries of an aggregate's events
 //     come in version order too (redeliveries may come later; consumers
 //     handle them by version). A bus without this guarantee says so with
-//     Bus.OrderedPerTopic = false and the check is skipped.
+//     Bus.OrderedPerTopic = false, and the check logs that it checked
+//     nothing.
+//
+// A bus that cannot honour part of this contract says which part through
+// the fields of [Bus], never by leaving a check out: OrderedPerTopic and
+// SingleActiveConsumer above, and RedeliveryTimeout for a bus that
+// redelivers only after an idle time.
 //
 // Each check uses fresh random topic and group names
 // ("bustest.<random>.a"), builds its messages from outbox rows with

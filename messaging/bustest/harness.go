@@ -95,6 +95,7 @@ type consumer struct {
 	name    string
 	sub     message.Subscriber
 	cancel  context.CancelFunc
+	halt    chan struct{} // closed when the consumer crashes: it stops reading its channel
 	closing chan struct{} // closed when the suite starts closing the consumer
 	done    chan struct{} // closed when the subscription's channel is closed
 	once    sync.Once
@@ -119,6 +120,7 @@ func (c *check) subscribe(name, group string, topics ...string) *consumer {
 		name:    name,
 		sub:     sub,
 		cancel:  cancel,
+		halt:    make(chan struct{}),
 		closing: make(chan struct{}),
 		done:    make(chan struct{}),
 	}
@@ -141,10 +143,31 @@ func (c *check) subscribe(name, group string, topics ...string) *consumer {
 // forward relays the subscription's messages to the inbox until the
 // channel is closed. Once the consumer is closing, it nacks what still
 // comes instead, so that a subscriber that waits for its channel to be read
-// can finish closing.
+// can finish closing. Once the consumer crashes, it stops reading, leaving
+// the message it holds neither acked nor nacked, until the consumer is
+// closing.
 func (k *consumer) forward(ch <-chan *message.Message) {
 	defer close(k.done)
-	for m := range ch {
+	for {
+		select {
+		case <-k.halt: // first, so that a crashed consumer reads no more
+			<-k.closing
+			for m := range ch {
+				m.Nack()
+			}
+			return
+		default:
+		}
+		var m *message.Message
+		select {
+		case <-k.halt:
+			continue
+		case got, ok := <-ch:
+			if !ok {
+				return
+			}
+			m = got
+		}
 		select {
 		case <-k.closing:
 			m.Nack()
@@ -155,35 +178,59 @@ func (k *consumer) forward(ch <-chan *message.Message) {
 		case k.c.in.out <- delivery{from: k, msg: m}:
 		case <-k.closing:
 			m.Nack()
+		case <-k.halt: // dropped, as by a crashed process
 		}
 	}
 }
 
 // close cancels the Subscribe context and closes the subscriber, waiting a
 // bounded time for Close to return and for the channel to be closed. It
-// reports problems with Errorf (it runs in cleanups) and runs once.
-func (k *consumer) close() {
-	k.once.Do(func() {
-		k.closed.Store(true)
+// reports problems with Errorf (it runs in cleanups). close and crash run
+// once between them.
+func (k *consumer) close() { k.once.Do(func() { k.shutdown(false) }) }
+
+// crash ends the consumer as a crashed process does: it stops reading its
+// channel at once, leaving what it holds neither acked nor nacked, and
+// closes the subscriber without cancelling the Subscribe context, while
+// messages may be waiting in the channel. Close must still return within
+// closeTimeout (it is how a process shuts down after a handler failed);
+// crash reports it with Errorf when it does not, and then ends the
+// subscription as close does.
+func (k *consumer) crash() { k.once.Do(func() { k.shutdown(true) }) }
+
+func (k *consumer) shutdown(crash bool) {
+	k.closed.Store(true)
+	if crash {
+		close(k.halt)
+	} else {
 		close(k.closing)
 		k.cancel()
-		errc := make(chan error, 1)
-		go func() { errc <- k.sub.Close() }()
-		select {
-		case err := <-errc:
-			if err != nil {
-				k.c.errorf("Close of %s: %v", k.name, err)
-			}
-		case <-time.After(closeTimeout):
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- k.sub.Close() }()
+	select {
+	case err := <-errc:
+		if err != nil {
+			k.c.errorf("Close of %s: %v", k.name, err)
+		}
+	case <-time.After(closeTimeout):
+		if !crash {
 			k.c.errorf("Close of %s did not return within %v", k.name, closeTimeout)
 			return
 		}
-		select {
-		case <-k.done:
-		case <-time.After(closeTimeout):
-			k.c.errorf("the channel of %s was not closed within %v of Close", k.name, closeTimeout)
-		}
-	})
+		k.c.errorf("Close of %s did not return within %v while nobody read its channel and its Subscribe context was not cancelled: "+
+			"a consumer whose reader stopped cannot be closed", k.name, closeTimeout)
+		k.cancel() // to end it all the same
+	}
+	if crash {
+		close(k.closing) // read what is left, to see the channel closed
+	}
+	select {
+	case <-k.done:
+	case <-time.After(closeTimeout):
+		k.c.errorf("the channel of %s was not closed within %v of Close", k.name, closeTimeout)
+	}
+	k.cancel()
 }
 
 // next returns the next delivery of a consumer that is not closed, or false
@@ -297,11 +344,24 @@ func (c *check) newMessage(topic string, seq int) *message.Message {
 // check on the first error.
 func (c *check) publish(topic string, msgs ...*message.Message) {
 	c.t.Helper()
-	for i, m := range msgs {
-		if err := c.bus.Publisher.Publish(topic, m); err != nil {
-			c.fatalf("Publish of message %d of %d (%s) to %q: %v", i+1, len(msgs), m.UUID, topic, err)
+	if err := publishIn(c.bus.Publisher, 1, topic, msgs); err != nil {
+		c.fatalf("%v", err)
+	}
+}
+
+// publishIn publishes msgs in order, size of them per Publish call (the
+// last call may take fewer), and returns the first error.
+func publishIn(p message.Publisher, size int, topic string, msgs []*message.Message) error {
+	for i := 0; i < len(msgs); i += size {
+		part := msgs[i:min(i+size, len(msgs))]
+		if err := p.Publish(topic, part...); err != nil {
+			if len(part) == 1 {
+				return fmt.Errorf("Publish of message %d of %d (%s) to %q: %w", i+1, len(msgs), part[0].UUID, topic, err)
+			}
+			return fmt.Errorf("Publish of messages %d to %d of %d (%s, ...) to %q: %w", i+1, i+len(part), len(msgs), part[0].UUID, topic, err)
 		}
 	}
+	return nil
 }
 
 func randomHex(n int) string {

@@ -59,11 +59,14 @@ func CheckNackRedelivery(t TB, f Factory) {
 }
 
 // CheckDroppedConnection publishes three messages to a group and receives
-// the first delivery without acking it; then it closes the subscriber (and
-// cancels its Subscribe context), as a dropped connection or a crashed
-// consumer would. A new subscriber of the same group must then receive
-// that message again, with the same UUID, and the other two, within
-// Bus.RedeliveryTimeout.
+// the first delivery without acking it; then the consumer crashes: it
+// stops reading its channel, leaving the messages it holds neither acked
+// nor nacked, and its subscriber is closed while its Subscribe context
+// stays live, as when a process shuts down after a handler failed or its
+// connection dropped. Close must return and the channel must be closed
+// within 10 s, however many messages wait in it unread. A new subscriber of
+// the same group must then receive that message again, with the same UUID,
+// and the other two, within Bus.RedeliveryTimeout.
 func CheckDroppedConnection(t TB, f Factory) {
 	t.Helper()
 	c := begin(t, f, "CheckDroppedConnection")
@@ -86,7 +89,7 @@ func CheckDroppedConnection(t TB, f Factory) {
 		d.msg.Ack()
 		c.fatalf("a message with an unknown UUID %q arrived", held)
 	}
-	first.close() // with held delivered and neither acked nor nacked
+	first.crash() // with held delivered and neither acked nor nacked
 
 	c.subscribe("the second consumer of group g", group, topic)
 	rt := c.bus.redeliveryTimeout()

@@ -1,0 +1,199 @@
+package bustest_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/bentoevents/bento/internal/testenv"
+	"github.com/bentoevents/bento/messaging"
+	"github.com/bentoevents/bento/messaging/bustest"
+)
+
+// The suite runs on every publisher and subscriber bento ships: the memory
+// bus with group and partition subscribers, and RabbitMQ with both
+// publishers, each with group and partition subscribers.
+
+// memoryBus is a Factory over a fresh messaging.MemoryBus whose groups are
+// plain queues (MemoryBus.Subscriber).
+func memoryBus(t bustest.TB) *bustest.Bus {
+	bus := messaging.NewMemoryBus()
+	t.Cleanup(func() { _ = bus.Close() })
+	return &bustest.Bus{
+		Publisher: bus,
+		NewSubscriber: func(_ bustest.TB, group string, topics []string) (message.Subscriber, error) {
+			return bus.Subscriber(group, topics...), nil
+		},
+		OrderedPerTopic: true,
+	}
+}
+
+// memoryPartitions returns a Factory over a fresh messaging.MemoryBus
+// whose groups are partitioned into n queues (MemoryBus.DeclarePartitions),
+// each consumed with MemoryBus.PartitionSubscriber(prefetch).
+func memoryPartitions(n, prefetch int) bustest.Factory {
+	return func(t bustest.TB) *bustest.Bus {
+		bus := messaging.NewMemoryBus()
+		t.Cleanup(func() { _ = bus.Close() })
+		return &bustest.Bus{
+			Publisher: bus,
+			NewSubscriber: func(_ bustest.TB, group string, topics []string) (message.Subscriber, error) {
+				if err := bus.DeclarePartitions(group, n, topics...); err != nil {
+					return nil, err
+				}
+				return &wholeGroup{sub: bus.PartitionSubscriber(prefetch), n: n}, nil
+			},
+			OrderedPerTopic: true, // the suite's messages of one topic share an aggregate
+			// Each partition queue has a single active consumer, and a
+			// consumer of the whole group subscribes to every partition.
+			SingleActiveConsumer: true,
+		}
+	}
+}
+
+func TestMemoryBusConforms(t *testing.T) {
+	t.Parallel()
+	bustest.Run(t, memoryBus)
+}
+
+func TestMemoryBusPartitionsConform(t *testing.T) {
+	t.Parallel()
+	t.Run("Prefetch1", func(t *testing.T) {
+		t.Parallel()
+		bustest.Run(t, memoryPartitions(3, 1))
+	})
+	t.Run("Prefetch8", func(t *testing.T) {
+		t.Parallel()
+		bustest.Run(t, memoryPartitions(3, 8))
+	})
+}
+
+// wholeGroup subscribes to a whole partitioned group, as a consumer that
+// owns every partition does: Subscribe(ctx, group) subscribes sub to each
+// of the group's n partition queues and merges their deliveries into one
+// channel, closed once all of theirs are.
+type wholeGroup struct {
+	sub message.Subscriber // Subscribe(ctx, queue) consumes one partition queue
+	n   int
+}
+
+func (w *wholeGroup) Subscribe(ctx context.Context, group string) (<-chan *message.Message, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	out := make(chan *message.Message)
+	var wg sync.WaitGroup
+	defer func() {
+		go func() {
+			wg.Wait()
+			cancel()
+			close(out)
+		}()
+	}()
+	for p := range w.n {
+		in, err := w.sub.Subscribe(ctx, messaging.PartitionQueue(group, p))
+		if err != nil {
+			cancel() // ends the partitions subscribed so far
+			return nil, err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for m := range in {
+				select {
+				case out <- m:
+				case <-ctx.Done():
+					m.Nack() // a reader that stopped reading gives it back
+				}
+			}
+		}()
+	}
+	return out, nil
+}
+
+func (w *wholeGroup) Close() error { return w.sub.Close() }
+
+// amqpBus describes how a RabbitMQ Bus publishes and subscribes.
+type amqpBus struct {
+	// publisher builds the Bus's publisher.
+	publisher func(*messaging.AMQPConfig) (message.Publisher, error)
+	// partitions, when positive, makes each group that many partition
+	// queues consumed with messaging.NewPartitionSubscriber, prefetch
+	// messages at a time; zero means a group queue consumed with
+	// messaging.NewAMQPSubscriber.
+	partitions, prefetch int
+}
+
+func plainPublisher(cfg *messaging.AMQPConfig) (message.Publisher, error) {
+	return messaging.NewAMQPPublisher(cfg)
+}
+
+func confirmPublisher(cfg *messaging.AMQPConfig) (message.Publisher, error) {
+	return messaging.NewConfirmPublisher(cfg)
+}
+
+// rabbitMQ returns a Factory whose every Bus has its own exchange on the
+// test broker (a testenv.Exchange), deleted with its queues at cleanup. It
+// needs the *testing.T that Run hands the Factory.
+func rabbitMQ(kind amqpBus) bustest.Factory {
+	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
+	return func(t bustest.TB) *bustest.Bus {
+		t.Helper()
+		tt, ok := t.(testing.TB)
+		if !ok {
+			t.Fatalf("the RabbitMQ Factory needs a testing.TB, got %T", t)
+		}
+		ex := testenv.NewExchange(tt)
+		cfg := &messaging.AMQPConfig{URL: ex.URL, Exchange: ex.Name, Logger: discard}
+		pub, err := kind.publisher(cfg)
+		if err != nil {
+			t.Fatalf("new publisher: %v", err)
+		}
+		t.Cleanup(func() { _ = pub.Close() })
+		b := &bustest.Bus{Publisher: pub, OrderedPerTopic: true}
+		if kind.partitions == 0 {
+			b.NewSubscriber = func(_ bustest.TB, group string, topics []string) (message.Subscriber, error) {
+				ex.Queues(group)
+				return messaging.NewAMQPSubscriber(cfg, group, topics...)
+			}
+			return b
+		}
+		b.SingleActiveConsumer = true
+		b.NewSubscriber = func(_ bustest.TB, group string, topics []string) (message.Subscriber, error) {
+			ex.Partitioned(group, kind.partitions)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			sub, err := messaging.NewPartitionSubscriber(ctx, cfg, messaging.PartitionSpec{
+				Group: group, Count: kind.partitions, Patterns: topics,
+				DeliveryLimit: 20, DeadKey: group + ".dead", Prefetch: kind.prefetch,
+			})
+			if err != nil {
+				return nil, err
+			}
+			return &wholeGroup{sub: sub, n: kind.partitions}, nil
+		}
+		return b
+	}
+}
+
+func TestRabbitMQConforms(t *testing.T) {
+	t.Parallel()
+	testenv.RequireAMQP(t)
+	for _, tc := range []struct {
+		name string
+		kind amqpBus
+	}{
+		{"AMQPPublisher", amqpBus{publisher: plainPublisher}},
+		{"ConfirmPublisher", amqpBus{publisher: confirmPublisher}},
+		{"AMQPPublisherPartitions", amqpBus{publisher: plainPublisher, partitions: 2, prefetch: 1}},
+		{"ConfirmPublisherPartitions", amqpBus{publisher: confirmPublisher, partitions: 2, prefetch: 4}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			bustest.Run(t, rabbitMQ(tc.kind))
+		})
+	}
+}
