@@ -1,6 +1,7 @@
 package idempotency_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/bentoevents/bento/idempotency"
 	"github.com/bentoevents/bento/internal/testenv"
+	"github.com/bentoevents/bento/outbox"
 )
 
 // TestNewValidatesConfig checks that New rejects a bad configuration with
@@ -63,4 +65,18 @@ func TestNewValidatesConfig(t *testing.T) {
 	l, err = idempotency.New(db, &idempotency.Config{StoredHeaders: []string{"x-request-id"}})
 	require.NoError(t, err)
 	assert.Equal(t, []string{"X-Request-Id"}, l.Config().StoredHeaders)
+}
+
+// TestClosedDatabase checks that a closed database handle gives the one
+// closed-database error shared with the other packages.
+func TestClosedDatabase(t *testing.T) {
+	t.Parallel()
+	db := testenv.SQLite(t)
+	sqlDB, err := db.DB()
+	require.NoError(t, err)
+	require.NoError(t, sqlDB.Close())
+
+	err = idempotency.Migrate(context.Background(), db)
+	require.ErrorIs(t, err, idempotency.ErrClosed)
+	require.ErrorIs(t, err, outbox.ErrClosed)
 }

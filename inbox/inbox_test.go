@@ -374,3 +374,21 @@ func TestPurgeKeepsTheWindow(t *testing.T) {
 		assert.Equal(t, []string{"recent"}, left)
 	})
 }
+
+// TestClosedDatabase checks that a closed database handle gives the one
+// closed-database error, whichever package's name the caller uses for it.
+func TestClosedDatabase(t *testing.T) {
+	testenv.ForEachBackend(t, func(t *testing.T, _ testenv.Backend, db *gorm.DB) {
+		e := setup(t, db, "closed")
+		sqlDB, err := db.DB()
+		require.NoError(t, err)
+		require.NoError(t, sqlDB.Close())
+
+		_, err = e.in.Processed(context.Background(), "m-1")
+		require.ErrorIs(t, err, inbox.ErrClosed)
+		require.ErrorIs(t, err, outbox.ErrClosed)
+		require.ErrorIs(t, err, uow.ErrClosed)
+		err = inbox.Migrate(context.Background(), db)
+		require.ErrorIs(t, err, inbox.ErrClosed)
+	})
+}

@@ -21,8 +21,9 @@ var (
 	// ErrDone is returned when a unit that was already committed or rolled
 	// back is used again.
 	ErrDone = errors.New("uow: unit of work already committed or rolled back")
-	// ErrClosed is returned when the database handle has been closed.
-	ErrClosed = errors.New("uow: database is closed")
+	// ErrClosed is outbox.ErrClosed, for callers that only import uow: the
+	// database handle has been closed.
+	ErrClosed = outbox.ErrClosed
 
 	// ErrInvalidEvent is outbox.ErrInvalidEvent, for callers that only
 	// import uow: an event with a malformed type name or a payload that does
@@ -38,11 +39,9 @@ var (
 // and ErrConcurrencyConflict for a serialization failure.
 func wrapDB(op string, err error) error {
 	switch {
-	case dberr.IsClosed(err):
-		return fmt.Errorf("uow: %s: %w: %w", op, ErrClosed, err)
-	case dberr.IsSerializationFailure(err):
+	case !dberr.IsClosed(err) && dberr.IsSerializationFailure(err):
 		return fmt.Errorf("uow: %s: %w: %w", op, ErrConcurrencyConflict, err)
 	default:
-		return fmt.Errorf("uow: %s: %w", op, err)
+		return dberr.Wrap("uow: "+op, err)
 	}
 }
