@@ -8,6 +8,9 @@ import (
 )
 
 var (
+	// ErrInvalidConfig is returned by NewStore for a bad configuration;
+	// the message names every bad field.
+	ErrInvalidConfig = errors.New("outbox: invalid config")
 	// ErrInvalidEvent is returned (wrapped in a *ValidationError) for an event
 	// the outbox cannot store: a malformed topic, aggregate type, aggregate id,
 	// id, schema version, dedup key, or a payload or metadata that is not JSON.

@@ -9,6 +9,9 @@ import (
 )
 
 var (
+	// ErrInvalidConfig is returned by New for a bad configuration; the
+	// message names every bad field.
+	ErrInvalidConfig = errors.New("uow: invalid config")
 	// ErrConcurrencyConflict is returned when an aggregate changed (or was
 	// created) in the database since it was loaded. Nothing was written;
 	// reload and try again, or let Manager.Run do it.
