@@ -189,10 +189,7 @@ func serve(ctx context.Context, log *slog.Logger, mode, addr, dbURL, amqpURL, pa
 		}
 	}
 	if mode == "all" || mode == "relay" {
-		cfg := projector.DefaultConfig()
-		cfg.Logger = log
-		cfg.Registerer = a.metrics
-		p, err := projector.New(a.units.Outbox(), b.pub, cfg)
+		p, err := projector.New(a.units.Outbox(), b.pub, &projector.Config{Logger: log, Registerer: a.metrics})
 		if err != nil {
 			return err
 		}

@@ -174,7 +174,7 @@ func openBus(ctx context.Context, cfg config, topics ...string) (*bus, func(), e
 		}}, func() { _ = mem.Close() }, nil
 	}
 	amqpCfg := &messaging.AMQPConfig{URL: cfg.AMQPURL, Exchange: cfg.Exchange, Logger: cfg.Log}
-	spec := consumer.PartitionSpec(cfg.Exchange, consumer.DefaultConfig(cfg.Group))
+	spec := consumer.PartitionSpec(cfg.Exchange, &consumer.Config{Group: cfg.Group})
 	spec.Patterns = topics
 	if err := messaging.DeclarePartitions(ctx, amqpCfg, spec); err != nil {
 		return nil, nil, err
@@ -237,9 +237,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		return fmt.Errorf("open bus: %w", err)
 	}
 	defer closeBus()
-	ccfg := consumer.DefaultConfig(cfg.Group)
-	ccfg.Logger = cfg.Log
-	c, err := b.newConsumer(db, ccfg)
+	c, err := b.newConsumer(db, &consumer.Config{Group: cfg.Group, Logger: cfg.Log})
 	if err != nil {
 		return err
 	}
@@ -281,9 +279,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	pcfg := projector.DefaultConfig()
-	pcfg.BackoffFloor = 500 * time.Millisecond
-	pcfg.Logger = cfg.Log
+	pcfg := &projector.Config{BackoffFloor: 500 * time.Millisecond, Logger: cfg.Log}
 	p, err := projector.New(units.Outbox(), &breakable{Publisher: b.pub, until: time.Now().Add(cfg.BreakFor)}, pcfg)
 	if err != nil {
 		return err
