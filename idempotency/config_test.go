@@ -51,6 +51,9 @@ func TestNewValidatesConfig(t *testing.T) {
 	_, err = idempotency.New(&gorm.DB{Config: &gorm.Config{}}, nil)
 	require.ErrorIs(t, err, idempotency.ErrInvalidConfig)
 
+	zero, err := idempotency.New(db, &idempotency.Config{})
+	require.NoError(t, err)
+	assert.Equal(t, 24*time.Hour, zero.Config().TTL, "a zero Config means the defaults too")
 	l, err := idempotency.New(db, nil)
 	require.NoError(t, err)
 	c := l.Config()

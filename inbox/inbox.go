@@ -74,12 +74,15 @@ type Record struct {
 // TableName tells GORM the table.
 func (Record) TableName() string { return "inbox_messages" }
 
-// Config configures an [Inbox].
+// Config configures an [Inbox]. A zero field means the field's default,
+// except Consumer, which has none; a nil *Config is a zero one, so it fails
+// naming Consumer. Impossible values are rejected with [ErrInvalidConfig]
+// naming the field.
 type Config struct {
 	// Consumer names who applies the messages: usually the consumer group.
 	// Dedup is per (Consumer, message id), so two consumers of one message
 	// each apply it once. 1 to 200 ASCII letters, digits, '_', '.', ':' or
-	// '-'. Required.
+	// '-'. It has no default: it is required.
 	Consumer string
 	// TxOptions are used to begin each message's transaction. Defaults to
 	// the database's default isolation.

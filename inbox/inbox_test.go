@@ -336,6 +336,15 @@ func TestUnusableMessagesAreRejected(t *testing.T) {
 		require.ErrorIs(t, err, inbox.ErrInvalidConfig)
 		_, err = inbox.New(nil, nil)
 		require.ErrorIs(t, err, inbox.ErrInvalidConfig)
+		_, err = inbox.New(db, nil)
+		require.ErrorIs(t, err, inbox.ErrInvalidConfig, "Consumer has no default")
+		assert.Contains(t, err.Error(), "Consumer:")
+		_, err = inbox.New(db, &inbox.Config{Consumer: "c", Versions: 9})
+		require.ErrorIs(t, err, inbox.ErrInvalidConfig)
+		assert.Contains(t, err.Error(), "Versions:")
+		zero, err := inbox.New(db, &inbox.Config{Consumer: "c"})
+		require.NoError(t, err, "every other field has a default")
+		assert.Equal(t, "c", zero.Consumer())
 	})
 }
 
