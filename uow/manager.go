@@ -36,10 +36,12 @@ type Config struct {
 	// Defaults to "default".
 	Tenant string
 	// MaxAttempts is how many times Run calls its function when commits fail
-	// with ErrConcurrencyConflict (1 means no retry). Defaults to 4.
+	// with ErrConcurrencyConflict (1 means no retry). Defaults to
+	// DefaultMaxAttempts (4).
 	MaxAttempts int
 	// RetryDelay is the pause before Run's first retry; it doubles on each
-	// further retry and is jittered by up to 100%. Defaults to 2ms.
+	// further retry and is jittered by up to 100%. Defaults to
+	// DefaultRetryDelay (2ms).
 	RetryDelay time.Duration
 	// Outbox is the store events are written with. Defaults to
 	// outbox.NewStore(db, nil).
