@@ -318,10 +318,10 @@ func runConsume(ctx context.Context, b *consumeBed, handler, mode string, n int)
 	switch mode {
 	case "inbox":
 		cc := consumer.DefaultConfig(group)
-		cc.CloseTimeout, cc.Logger, cc.Concurrency = 10*time.Second, b.e.log, n
+		cc.CloseTimeout, cc.Logger, cc.Subscriptions = 10*time.Second, b.e.log, n
 		// n competing subscriptions on the group's one queue, as measured
 		// before partitions existed, so the figures stay comparable.
-		cc.Partitions = 0
+		cc.Partitions, cc.BatchSize = -1, 0
 		cons, err := consumer.NewAMQP(ctx, db, cfg, cc)
 		if err != nil {
 			return r, err

@@ -240,6 +240,28 @@ func TestClockIsDeterministic(t *testing.T) {
 	assert.Equal(t, "01KDVDNA000000000000000001", got[0].ID, "and is the same every run")
 }
 
+// TestOptionsDefaults checks the config convention: nil and zero Options
+// start the clock at DefaultStart with the default tenant, and bad Options
+// fail the test with ErrInvalidOptions naming each field.
+func TestOptionsDefaults(t *testing.T) {
+	t.Parallel()
+	for name, opts := range map[string]*bentotest.Options{"nil": nil, "zero": {}} {
+		env := bentotest.New(t, opts)
+		assert.Equal(t, bentotest.DefaultStart, env.Clock.Now(), name)
+		assert.Equal(t, "default", env.Units.Config().Tenant, name)
+	}
+	r := &bentotest.Recorder{}
+	defer r.Close()
+	r.Run(func(tb bentotest.TB) {
+		bentotest.New(tb, &bentotest.Options{DrainTimeout: -time.Second, Tenant: "no spaces"})
+		t.Error("New must stop at bad options")
+	})
+	require.Len(t, r.Failures(), 1)
+	for _, want := range []string{bentotest.ErrInvalidOptions.Error(), "DrainTimeout:", "Tenant:"} {
+		assert.Contains(t, r.Failures()[0], want)
+	}
+}
+
 func TestRecorder(t *testing.T) {
 	t.Parallel()
 	r := &bentotest.Recorder{}

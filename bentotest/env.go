@@ -2,6 +2,7 @@ package bentotest
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -14,20 +15,48 @@ import (
 
 	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/embedded"
+	"github.com/bentoevents/bento/internal/conf"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
 	"github.com/bentoevents/bento/projector"
+	"github.com/bentoevents/bento/tenant"
 	"github.com/bentoevents/bento/uow"
 )
 
-// Options adjust New. A nil *Options means defaults.
+// ErrInvalidOptions is what New fails its test with for bad Options; the
+// failure names every bad field.
+var ErrInvalidOptions = errors.New("bentotest: invalid options")
+
+// DefaultDrainTimeout is Options.DrainTimeout's default.
+const DefaultDrainTimeout = 10 * time.Second
+
+// Options adjust New. A nil *Options or a zero field means the field's
+// default; a negative DrainTimeout or a malformed Tenant fails the test
+// with [ErrInvalidOptions].
 type Options struct {
 	// Start is where the clock starts. Defaults to DefaultStart.
 	Start time.Time
 	// Tenant is the units of work's default tenant. Defaults to "default".
 	Tenant string
-	// DrainTimeout bounds Drain. Defaults to 10s.
+	// DrainTimeout bounds Drain. Defaults to DefaultDrainTimeout (10s).
 	DrainTimeout time.Duration
+}
+
+// withDefaults returns a copy of o (nil means zero Options) with its
+// defaults filled in, and names every bad field.
+func (o *Options) withDefaults() (Options, error) {
+	out := conf.Value(o)
+	var p conf.Problems
+	if out.Start.IsZero() {
+		out.Start = DefaultStart
+	}
+	if out.Tenant == "" {
+		out.Tenant = tenant.Default
+	} else if err := tenant.Validate(out.Tenant); err != nil {
+		p.Add("Tenant", err)
+	}
+	conf.Default(&p, "DrainTimeout", &out.DrainTimeout, DefaultDrainTimeout)
+	return out, p.Err(ErrInvalidOptions)
 }
 
 // Env is an in-memory bento for one test: SQLite in a temporary directory
@@ -57,13 +86,11 @@ type Env struct {
 // New returns a ready Env, removed at the end of the test.
 func New(t TB, opts *Options) *Env {
 	t.Helper()
-	if opts == nil {
-		opts = &Options{}
+	o, err := opts.withDefaults()
+	if err != nil {
+		t.Fatalf("%v", err)
 	}
-	start := opts.Start
-	if start.IsZero() {
-		start = DefaultStart
-	}
+	start := o.Start
 	dir, err := os.MkdirTemp("", "bentotest")
 	if err != nil {
 		t.Fatalf("bentotest: temp dir: %v", err)
@@ -75,21 +102,13 @@ func New(t TB, opts *Options) *Env {
 	// does in production.
 	bus := messaging.NewMemoryBus()
 	t.Cleanup(func() { _ = bus.Close() })
-	e := &Env{Bus: bus, Clock: clock, drainTimeout: opts.DrainTimeout}
-	if e.drainTimeout <= 0 {
-		e.drainTimeout = 10 * time.Second
-	}
-	cfg := projector.DefaultConfig()
-	cfg.Logger = quiet
-	cfg.DisableNotify = true
-	cfg.WorkerID = "bentotest"
-	cfg.MaxAttempts = 3
+	e := &Env{Bus: bus, Clock: clock, drainTimeout: o.DrainTimeout}
 	stack, err := embedded.Open(context.Background(), &embedded.Config{
 		Path:      filepath.Join(dir, "bento.db"),
 		Publisher: recordingPublisher{e},
 		Outbox:    &outbox.Config{Clock: clock},
-		Units:     &uow.Config{Tenant: opts.Tenant},
-		Projector: cfg,
+		Units:     &uow.Config{Tenant: o.Tenant},
+		Projector: &projector.Config{Logger: quiet, DisableNotify: true, WorkerID: "bentotest", MaxAttempts: 3},
 	})
 	if err != nil {
 		t.Fatalf("bentotest: %v", err)
@@ -130,12 +149,9 @@ func (recordingPublisher) Close() error { return nil }
 // (3, from 1ms) so failing handlers settle quickly. Register handlers with
 // consumer.Handle, then Start it.
 func (e *Env) Consumer(group string) (*consumer.Consumer, error) {
-	cfg := consumer.DefaultConfig(group)
-	cfg.MaxRetries = 3
-	cfg.RetryInitialInterval = time.Millisecond
-	cfg.RetryMaxInterval = 5 * time.Millisecond
-	cfg.Logger = quiet
-	return consumer.NewMemory(e.DB, e.Bus, cfg)
+	return consumer.NewMemory(e.DB, e.Bus, &consumer.Config{
+		Group: group, MaxRetries: 3, RetryInitialInterval: time.Millisecond, RetryMaxInterval: 5 * time.Millisecond, Logger: quiet,
+	})
 }
 
 // MustConsumer is Consumer for tests: it fails t on error.

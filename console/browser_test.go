@@ -405,7 +405,7 @@ func TestBrowserConsumerDeadLetters(t *testing.T) {
 	ex.Partitioned(group, 2)
 	amqpCfg := &messaging.AMQPConfig{URL: ex.URL, Exchange: ex.Name}
 	ccfg := consumer.DefaultConfig(group)
-	ccfg.Partitions, ccfg.HoldBack = 2, false
+	ccfg.Partitions, ccfg.DisableHoldBack = 2, true
 	c, err := consumer.NewAMQP(ctx, db, amqpCfg, ccfg)
 	require.NoError(t, err)
 	var fixed atomic.Bool

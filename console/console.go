@@ -27,8 +27,14 @@ const (
 	ChartMinutes = 60
 )
 
-// Config configures a [Console]. A nil *Config means defaults: read-write,
-// payloads hidden, all tenants, a random CSRF secret.
+// ErrInvalidConfig is returned by New for a bad configuration; the message
+// names every bad field.
+var ErrInvalidConfig = errors.New("console: invalid config")
+
+// Config configures a [Console]. A nil *Config or a zero field means the
+// field's default: read-write, payloads hidden, all tenants, a random CSRF
+// secret. Impossible values are rejected with [ErrInvalidConfig] naming the
+// field.
 type Config struct {
 	// ReadOnly renders no buttons and refuses every POST with 403.
 	// Defaults to false.
@@ -42,14 +48,14 @@ type Config struct {
 	// all tenants.
 	Tenant string
 	// Title is the name shown in the header and the page titles. Defaults
-	// to "bento console".
+	// to DefaultTitle ("bento console").
 	Title string
 	// DeadLimit is how many dead letters the list shows at most (oldest
-	// first). Defaults to 100.
+	// first). Defaults to DefaultDeadLimit (100).
 	DeadLimit int
-	// Refresh, when positive, makes the overview page reload itself at that
-	// interval (an HTML meta refresh; the console runs no script). Defaults
-	// to 0: no reload.
+	// Refresh, when set, makes the overview page reload itself at that
+	// interval, at least a second (an HTML meta refresh; the console runs
+	// no script). Defaults to no reload.
 	Refresh time.Duration
 	// Secret keys the CSRF tokens (HMAC-SHA256); at least 32 bytes. Set the
 	// same secret on every replica behind a load balancer, or tokens issued
@@ -138,7 +144,7 @@ func (c *Config) withDefaults() (Config, error) {
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return out, fmt.Errorf("console: invalid config: %w", err)
+		return out, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return out, nil
 }
@@ -157,7 +163,7 @@ type Console struct {
 //
 //	mux.Handle("/console/", http.StripPrefix("/console", c))
 //
-// Errors: a config error naming each bad field.
+// Errors: ErrInvalidConfig naming each bad field.
 func New(store *outbox.Store, cfg *Config) (*Console, error) {
 	if store == nil {
 		return nil, errors.New("console: nil store")

@@ -453,21 +453,28 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	store, err := outbox.NewStore(db, nil)
 	require.NoError(t, err)
 	_, err = console.New(store, &console.Config{Secret: []byte("short"), DeadLimit: -1, Tenant: "no spaces", Refresh: -1})
-	require.Error(t, err)
-	for _, field := range []string{"Secret", "DeadLimit", "Tenant", "Refresh"} {
+	require.ErrorIs(t, err, console.ErrInvalidConfig)
+	for _, field := range []string{"Secret:", "DeadLimit:", "Tenant:", "Refresh:"} {
 		assert.Contains(t, err.Error(), field)
 	}
+	_, err = console.New(store, &console.Config{Consumers: &console.Consumers{}})
+	require.ErrorIs(t, err, console.ErrInvalidConfig, "Consumers without AMQP and Groups")
+	assert.Contains(t, err.Error(), "Consumers:")
 	_, err = console.New(nil, nil)
 	assert.Error(t, err)
 
-	c, err := console.New(store, nil)
-	require.NoError(t, err)
-	cfg := c.Config()
-	assert.Equal(t, console.DefaultDeadLimit, cfg.DeadLimit)
-	assert.Equal(t, console.DefaultTitle, cfg.Title)
-	assert.Len(t, cfg.Secret, 32)
-	assert.False(t, cfg.ReadOnly)
-	assert.False(t, cfg.ShowPayloads)
+	for name, in := range map[string]*console.Config{"nil": nil, "zero": {}} {
+		c, err := console.New(store, in)
+		require.NoError(t, err, name)
+		cfg := c.Config()
+		assert.Equal(t, 100, cfg.DeadLimit, name)
+		assert.Equal(t, "bento console", cfg.Title, name)
+		assert.Len(t, cfg.Secret, 32, name)
+		assert.Zero(t, cfg.Refresh, name)
+		assert.False(t, cfg.ReadOnly, name)
+		assert.False(t, cfg.ShowPayloads, name)
+		assert.NotNil(t, cfg.Logger, name)
+	}
 }
 
 // TestUnroutablePageListsAndReplays: an event relayed before any queue was

@@ -16,10 +16,11 @@ import (
 // Consumers lets the console show and act on consumer groups' dead letters
 // (package consumer), kept in RabbitMQ queues "<group>.dead".
 type Consumers struct {
-	// AMQP is the broker, and the exchange replays are published to.
-	// Required.
+	// AMQP is the broker, and the exchange replays are published to. It
+	// has no default: it is required.
 	AMQP *messaging.AMQPConfig
-	// Groups are the consumer groups to show. Required.
+	// Groups are the consumer groups to show. It has no default: at least
+	// one is required.
 	Groups []string
 }
 

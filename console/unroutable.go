@@ -36,7 +36,7 @@ func (c *Console) unroutableList(w http.ResponseWriter, r *http.Request) {
 		c.failBroker(w, r, err)
 		return
 	}
-	d := &unroutableData{Queue: messaging.UnroutableQueue(c.cfg.Unroutable.Exchange), Limit: c.cfg.DeadLimit, Total: len(parked)}
+	d := &unroutableData{Queue: messaging.UnroutableQueue(c.cfg.Unroutable.ExchangeName()), Limit: c.cfg.DeadLimit, Total: len(parked)}
 	byType := map[string]int{}
 	for _, m := range parked {
 		byType[m.Metadata.Get(messaging.MetaEventType)]++

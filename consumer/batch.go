@@ -14,7 +14,7 @@ import (
 // to the single-message path, with its retry rules, before the rest.
 func (c *Consumer) applyBatch(ctx context.Context, batch []*message.Message) int {
 	start := time.Now()
-	if c.cfg.HoldBack {
+	if !c.cfg.DisableHoldBack {
 		tangled, err := c.inbox.Entangled(ctx, batch)
 		if err != nil {
 			return 0 // the single-message path retries what failed

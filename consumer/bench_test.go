@@ -100,7 +100,7 @@ func partitionedRun(b *testing.B, queue messaging.QueueType, instances, concurre
 		sqlDB.SetMaxOpenConns(10)
 		defer sqlDB.Close()
 		cfg := consumer.DefaultConfig(group)
-		cfg.Partitions, cfg.Concurrency, cfg.TakeoverTime, cfg.Logger = partitions, concurrency, 2*time.Second, quiet
+		cfg.Partitions, cfg.PartitionConcurrency, cfg.TakeoverTime, cfg.Logger = partitions, concurrency, 2*time.Second, quiet
 		cfg.QueueType = queue
 		c, err := consumer.NewAMQP(ctx, idb, amqpCfg, cfg)
 		require.NoError(b, err)

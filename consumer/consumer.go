@@ -24,6 +24,7 @@ import (
 
 	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/inbox"
+	"github.com/bentoevents/bento/internal/conf"
 	"github.com/bentoevents/bento/internal/dberr"
 	"github.com/bentoevents/bento/internal/tracing"
 	"github.com/bentoevents/bento/messaging"
@@ -88,26 +89,35 @@ const (
 	// outlasted OutageWindow.
 	CauseFailed = "failed"
 	// CauseGap: under inbox.VersionsContiguous, the aggregate's previous
-	// version was not applied within GapTimeout. (With HoldBack such an
+	// version was not applied within GapTimeout. (With hold-back such an
 	// event stays parked, with the reason inbox.ParkedGap: see Parked.)
 	CauseGap = inbox.ParkedGap
 )
 
 // Defaults of the Config fields that take one when zero.
 const (
+	// DefaultMaxRetries is how many times a failing message is retried.
+	DefaultMaxRetries = 5
+	// DefaultRetryInitialInterval and DefaultRetryMaxInterval bound the
+	// backoff between retries.
+	DefaultRetryInitialInterval = 100 * time.Millisecond
+	DefaultRetryMaxInterval     = 10 * time.Second
+	// DefaultCloseTimeout is how long Run waits for handlers to finish.
+	DefaultCloseTimeout = 30 * time.Second
 	// DefaultOutageWindow is how long transient failures are retried.
 	DefaultOutageWindow = time.Hour
 	// DefaultGapTimeout is how long a message waits for its predecessor.
 	DefaultGapTimeout = 5 * time.Minute
-	// DefaultPartitions is DefaultConfig's partition count.
+	// DefaultPartitions is the partition count of a group.
 	DefaultPartitions = 16
 	// DefaultDeliveryLimit is how many times a quorum partition queue
-	// delivers a message again before RabbitMQ dead-letters it.
-	DefaultDeliveryLimit = 20
+	// delivers a message again before RabbitMQ dead-letters it:
+	// messaging.DefaultDeliveryLimit.
+	DefaultDeliveryLimit = messaging.DefaultDeliveryLimit
 	// DefaultTakeoverTime bounds how long the partitions of an instance
 	// that died wait before another instance takes them over.
 	DefaultTakeoverTime = 10 * time.Second
-	// DefaultBatchSize is DefaultConfig's BatchSize: measured on RabbitMQ
+	// DefaultBatchSize is the BatchSize of a partitioned group: measured on RabbitMQ
 	// and PostgreSQL (docs/benchmarks.md), it applies 5 to 10 times the
 	// messages a second of one transaction per message, and adds no
 	// latency (0.1 ms at p50 at 200 events/s; at 1,000 events/s it cuts
@@ -127,98 +137,111 @@ func IsPermanent(err error) bool {
 		isDecode(err)
 }
 
-// Config configures a Consumer. Start from DefaultConfig;
-// a non-nil config is taken as given (MaxRetries 0 means no retries).
+// Config configures a Consumer. A nil Config or a zero field means the
+// field's default, so Config{Group: "billing"} is a complete
+// configuration; a negative value means "none" or "off" where a field's
+// doc says so. Impossible or contradictory values (Subscriptions on a
+// partitioned group, a RetryMaxInterval below RetryInitialInterval) are
+// rejected with [ErrInvalidConfig] naming the field.
 type Config struct {
 	// Group names the consumer group: its queue, its inbox consumer name and
-	// its dead-letter destination. Required.
+	// its dead-letter destination. It has no default: it is required.
 	Group string
 	// Registry decodes payloads into event types (with upcasters). Handle
-	// registers each handled type as current. DefaultConfig: a new,
-	// empty registry.
+	// registers each handled type as current. Defaults to a new, empty
+	// registry.
 	Registry *messaging.Registry
 	// MaxRetries is how many times a failing message is retried in the
 	// consumer, with exponential backoff, before it is dead-lettered.
 	// Transient failures (see OutageWindow) and gaps (see GapTimeout) do
-	// not count. DefaultConfig: 5.
+	// not count. A negative value means no retries: the first failure
+	// dead-letters the message. Defaults to DefaultMaxRetries (5).
 	MaxRetries int
 	// OutageWindow is how long a message whose handling fails transiently
 	// (the database unreachable or restarting, a lost connection, a
 	// serialization failure or deadlock, a lock or statement timeout, a
 	// busy SQLite) keeps being retried with backoff, holding its place so
 	// that nothing behind it on its subscription overtakes it. Past the
-	// window such failures count toward MaxRetries. Optional: 0 means
-	// DefaultOutageWindow (1h); negative means none.
+	// window such failures count toward MaxRetries. A negative value means
+	// none. Defaults to DefaultOutageWindow (1h).
 	OutageWindow time.Duration
 	// GapTimeout is how long a message refused with inbox.ErrGap (its
 	// aggregate's previous version not applied yet, under
 	// inbox.VersionsContiguous) waits for its predecessor before it is given
-	// up as a dead letter with the cause "gap": with HoldBack it waits
+	// up as a dead letter with the cause "gap": with hold-back it waits
 	// parked and stays parked with the reason inbox.ParkedGap (applied if
 	// the predecessor turns up, or after Release); without, it is retried
-	// in place, holding its subscription, and then dead-lettered.
-	// Optional: 0 means DefaultGapTimeout (5m); negative means none.
+	// in place, holding its subscription, and then dead-lettered. A
+	// negative value means no wait. Defaults to DefaultGapTimeout (5m).
 	GapTimeout time.Duration
 	// HandlerTimeout bounds each attempt at a message: its context (and so
 	// the inbox transaction and every query made with it) is cancelled
 	// after that long, and the attempt fails like any other, counting
 	// toward MaxRetries, so a message that hangs its handler ends in dead
 	// letters instead of holding its partition forever. A handler that
-	// ignores its context is not interrupted. Optional: 0 or negative
-	// means no limit.
+	// ignores its context is not interrupted. A negative value also means
+	// no limit. Defaults to no limit.
 	HandlerTimeout time.Duration
-	// RetryInitialInterval and RetryMaxInterval bound the backoff between
-	// retries. DefaultConfig: 100ms and 10s.
+	// RetryInitialInterval is the backoff before the first retry; it
+	// doubles up to RetryMaxInterval, which must not be below it. Defaults
+	// to 100ms.
 	RetryInitialInterval time.Duration
-	RetryMaxInterval     time.Duration
+	// RetryMaxInterval caps the backoff between retries. Defaults to 10s.
+	RetryMaxInterval time.Duration
 	// CloseTimeout is how long Run waits for handlers when its context ends.
-	// DefaultConfig: 30s.
+	// Defaults to 30s.
 	CloseTimeout time.Duration
-	// Partitions, when positive, splits the group's events into that many
-	// partitions by (tenant, aggregate type, aggregate id): each partition
-	// is a queue with a single active consumer, handled by one instance of
-	// the group at a time, one message at a time, in order, so an
-	// aggregate's events reach the handler in the order they were
-	// published. The partitions are dealt among the running instances
-	// (through the consumer_members table) and move when one starts, stops
-	// or dies (see TakeoverTime). Every instance of a group must use the
-	// same count. On RabbitMQ it needs the consistent-hash exchange plugin
-	// (see messaging.DeclarePartitions). 0 means one queue, "<group>",
-	// with Concurrency competing subscriptions and no order.
-	// DefaultConfig: DefaultPartitions (16).
+	// Partitions splits the group's events into that many partitions by
+	// (tenant, aggregate type, aggregate id): each partition is a queue
+	// with a single active consumer, handled by one instance of the group
+	// at a time, one message at a time, in order, so an aggregate's events
+	// reach the handler in the order they were published. The partitions
+	// are dealt among the running instances (through the consumer_members
+	// table) and move when one starts, stops or dies (see TakeoverTime).
+	// Every instance of a group must use the same count. On RabbitMQ it
+	// needs the consistent-hash exchange plugin (see
+	// messaging.DeclarePartitions). A negative value means no partitions:
+	// one queue, "<group>", with Subscriptions competing subscriptions and
+	// no order. Defaults to DefaultPartitions (16).
 	Partitions int
 	// QueueType is the RabbitMQ type of the partition queues:
-	// messaging.Quorum (the zero value) or messaging.Classic.
+	// messaging.Quorum or messaging.Classic. Defaults to messaging.Quorum.
 	QueueType messaging.QueueType
 	// DeliveryLimit is, for quorum partition queues, how many times a
 	// message is delivered again (after the process handling it died, or a
 	// partition moved) before RabbitMQ dead-letters it: it stops a message
-	// that crashes every process it reaches. Optional: 0 means
+	// that crashes every process it reaches. Defaults to
 	// DefaultDeliveryLimit (20).
 	DeliveryLimit int
 	// TakeoverTime bounds how long the partitions of an instance that died
 	// stay without a consumer: each instance renews its membership every
 	// quarter of it and is forgotten three quarters after its last renewal.
 	// An instance that cannot reach the database for that long releases its
-	// partitions. Optional: 0 means DefaultTakeoverTime (10s).
+	// partitions. Defaults to DefaultTakeoverTime (10s).
 	TakeoverTime time.Duration
-	// HoldBack, with Partitions, keeps an aggregate's events in order past
-	// a dead letter or a gap. The first dead-lettered event of an aggregate
-	// holds it back (inbox_holds); its later events are parked in the
-	// database (inbox_parked, see Parked) instead of being applied, while
-	// the partition moves on to other aggregates. Replaying the dead letter
-	// applies it and then the parked events, in order; Release lets them
-	// through without it. Under inbox.VersionsContiguous an event whose
-	// predecessor has not been applied is parked too ("waiting", "gap" once
-	// it has waited GapTimeout), with the aggregate's later events behind
-	// it, and applied as soon as the predecessor is. DefaultConfig: true.
-	HoldBack bool
-	// Concurrency, with Partitions, is how many of its partitions an
-	// instance handles at once, each message in its own transaction; 0
-	// means all of them. Without Partitions, it is how many subscriptions
-	// compete for the group's queue, handling messages in no particular
-	// order (0 means 1). DefaultConfig: 0.
-	Concurrency int
+	// DisableHoldBack turns off hold-back, which, with Partitions, keeps an
+	// aggregate's events in order past a dead letter or a gap. The first
+	// dead-lettered event of an aggregate holds it back (inbox_holds); its
+	// later events are parked in the database (inbox_parked, see Parked)
+	// instead of being applied, while the partition moves on to other
+	// aggregates. Replaying the dead letter applies it and then the parked
+	// events, in order; Release lets them through without it. Under
+	// inbox.VersionsContiguous an event whose predecessor has not been
+	// applied is parked too ("waiting", "gap" once it has waited
+	// GapTimeout), with the aggregate's later events behind it, and applied
+	// as soon as the predecessor is. Defaults to false: hold-back is on.
+	DisableHoldBack bool
+	// PartitionConcurrency, with Partitions, is how many of its partitions
+	// an instance handles at once, each message in its own transaction.
+	// Setting it without Partitions is an error. Defaults to all the
+	// partitions the instance owns.
+	PartitionConcurrency int
+	// Subscriptions, without Partitions (Partitions negative), is how many
+	// subscriptions compete for the group's queue, handling messages in no
+	// particular order, at most 256 (each holds a database connection
+	// while it handles a message). Setting it with Partitions is an error.
+	// Defaults to 1.
+	Subscriptions int
 	// BatchSize, with Partitions, is how many consecutive messages of a
 	// partition are applied in one transaction (see inbox.ApplyBatch): one
 	// insert of their inbox records, their handlers in order, one commit,
@@ -227,138 +250,116 @@ type Config struct {
 	// under the retry rules (so its batch attempt is one more than
 	// MaxRetries counts), before those after it. A message whose aggregate
 	// is held back or has parked events is handled on its own too. The
-	// partition subscription holds that many
-	// messages at a time. Optional: 0 or 1 applies each message in its own
-	// transaction; at most inbox.MaxBatch. DefaultConfig: DefaultBatchSize
-	// (100).
+	// partition subscription holds that many messages at a time. At most
+	// inbox.MaxBatch; 1 or a negative value applies each message in its own
+	// transaction, as a group without Partitions always does (a BatchSize
+	// above 1 there is an error). Defaults to DefaultBatchSize (100).
 	BatchSize int
 	// BatchWait is how long a batch waits to fill once it has its first
-	// message. Optional: 0 takes only the messages already at hand, so a
-	// batch adds no latency.
+	// message. Defaults to 0: a batch takes only the messages already at
+	// hand, so it adds no latency.
 	BatchWait time.Duration
 	// Versions is the inbox's policy for aggregate versions (see
 	// inbox.Versions): VersionsIncreasing or VersionsContiguous keep a
 	// version watermark per aggregate, which skips late duplicates even
 	// after their inbox records were purged; with VersionsContiguous a
 	// message that arrives before its predecessor was applied fails with
-	// inbox.ErrGap and is retried like any failure. Optional: the zero
-	// value, inbox.VersionsIgnored, dedups by message id alone.
+	// inbox.ErrGap and is retried like any failure. Defaults to
+	// inbox.VersionsIgnored, which dedups by message id alone.
 	Versions inbox.Versions
-	// TxOptions are used for each message's transaction. Optional.
+	// TxOptions are used for each message's transaction. Defaults to the
+	// database's default isolation.
 	TxOptions *sql.TxOptions
-	// Logger receives the consumer's and Watermill's logs. Optional:
+	// Logger receives the consumer's and Watermill's logs. Defaults to
 	// slog.Default().
 	Logger *slog.Logger
-	// Registerer receives the inbox counters. Optional.
+	// Registerer, when set, receives the consumer's and the inbox's
+	// metrics. Defaults to none.
 	Registerer prometheus.Registerer
 	// TracerProvider creates the consumer span of each delivery (see
-	// Inbox.Middleware). Optional: otel.GetTracerProvider(), a no-op until
-	// the application sets one.
+	// Inbox.Middleware). Defaults to otel.GetTracerProvider(), a no-op
+	// until the application sets one.
 	TracerProvider trace.TracerProvider
-	// Propagator reads the trace context of each message. Optional: W3C
+	// Propagator reads the trace context of each message. Defaults to W3C
 	// Trace Context (traceparent, tracestate).
 	Propagator propagation.TextMapPropagator
 }
 
-// maxConcurrency bounds Config.Concurrency: each subscription holds
+// maxSubscriptions bounds Config.Subscriptions: each subscription holds
 // a database connection while it handles a message.
-const maxConcurrency = 256
+const maxSubscriptions = 256
 
-// DefaultConfig returns the defaults for group: 16 partitions, batches of
-// up to 100 messages, 5 retries with backoff from 100ms to 10s, a 30s close
-// timeout and a new registry.
+// DefaultConfig returns Config{Group: group} with every default spelled
+// out: 16 partitions with hold-back, batches of up to 100 messages, 5
+// retries with backoff from 100ms to 10s, a 30s close timeout and a new
+// registry. New, NewMemory and NewAMQP fill the same defaults into a
+// Config's zero fields; it is there to read or print them.
 func DefaultConfig(group string) *Config {
-	return &Config{
-		Group:                group,
-		Registry:             messaging.NewRegistry(),
-		MaxRetries:           5,
-		RetryInitialInterval: 100 * time.Millisecond,
-		RetryMaxInterval:     10 * time.Second,
-		CloseTimeout:         30 * time.Second,
-		Partitions:           DefaultPartitions,
-		BatchSize:            DefaultBatchSize,
-		HoldBack:             true,
-	}
+	c, _ := (&Config{Group: group}).withDefaults()
+	return &c
 }
 
-func (c *Config) validate() (Config, error) {
-	var errs []error
-	if c == nil {
-		return Config{}, fmt.Errorf("%w: nil config (use DefaultConfig)", ErrInvalidConfig)
-	}
-	out := *c
+// withDefaults returns a copy of c (nil means a zero Config) whose zero
+// fields are set to their defaults. Negative values stay as they are: each
+// use treats them as "none". It names every field that is impossible or
+// contradicts another.
+func (c *Config) withDefaults() (Config, error) {
+	out := conf.Value(c)
+	var p conf.Problems
 	if err := inbox.CheckConsumer(out.Group); err != nil {
-		errs = append(errs, fmt.Errorf("Group: %w", err))
+		p.Add("Group", err)
 	}
 	if out.Registry == nil {
-		errs = append(errs, errors.New("Registry: required"))
+		out.Registry = messaging.NewRegistry()
 	}
-	if out.MaxRetries < 0 {
-		errs = append(errs, fmt.Errorf("MaxRetries: %d is negative", out.MaxRetries))
+	conf.OrDefault(&out.MaxRetries, DefaultMaxRetries)
+	conf.OrDefault(&out.OutageWindow, DefaultOutageWindow)
+	conf.OrDefault(&out.GapTimeout, DefaultGapTimeout)
+	conf.Default(&p, "RetryInitialInterval", &out.RetryInitialInterval, DefaultRetryInitialInterval)
+	conf.Default(&p, "RetryMaxInterval", &out.RetryMaxInterval, DefaultRetryMaxInterval)
+	if out.RetryMaxInterval < out.RetryInitialInterval {
+		p.Addf("RetryMaxInterval", "%v is below RetryInitialInterval %v", out.RetryMaxInterval, out.RetryInitialInterval)
+	}
+	conf.Default(&p, "CloseTimeout", &out.CloseTimeout, DefaultCloseTimeout)
+	conf.OrDefault(&out.Partitions, DefaultPartitions)
+	partitioned := out.Partitions > 0
+	if out.Partitions > messaging.MaxPartitions {
+		p.Addf("Partitions", "%d is more than %d", out.Partitions, messaging.MaxPartitions)
 	}
 	switch {
-	case out.Concurrency < 0 || out.Concurrency > maxConcurrency:
-		errs = append(errs, fmt.Errorf("Concurrency: %d, want 0 to %d", out.Concurrency, maxConcurrency))
-	case out.Concurrency == 0 && out.Partitions == 0:
-		out.Concurrency = 1
-	}
-	if out.Partitions < 0 || out.Partitions > messaging.MaxPartitions {
-		errs = append(errs, fmt.Errorf("Partitions: %d, want 0 to %d", out.Partitions, messaging.MaxPartitions))
+	case out.PartitionConcurrency < 0:
+		p.Addf("PartitionConcurrency", "%d is negative", out.PartitionConcurrency)
+	case out.PartitionConcurrency > 0 && !partitioned:
+		p.Addf("PartitionConcurrency", "%d without Partitions; use Subscriptions", out.PartitionConcurrency)
 	}
 	switch {
-	case out.BatchSize < 0 || out.BatchSize > inbox.MaxBatch:
-		errs = append(errs, fmt.Errorf("BatchSize: %d, want 0 to %d", out.BatchSize, inbox.MaxBatch))
-	case out.BatchSize == 0 || out.Partitions == 0:
+	case out.Subscriptions < 0 || out.Subscriptions > maxSubscriptions:
+		p.Addf("Subscriptions", "%d, want 1 to %d", out.Subscriptions, maxSubscriptions)
+	case out.Subscriptions > 0 && partitioned:
+		p.Addf("Subscriptions", "%d with Partitions %d; use PartitionConcurrency, or a negative Partitions for competing subscriptions",
+			out.Subscriptions, out.Partitions)
+	case out.Subscriptions == 0 && !partitioned:
+		out.Subscriptions = 1
+	}
+	switch {
+	case out.BatchSize > inbox.MaxBatch:
+		p.Addf("BatchSize", "%d is more than %d", out.BatchSize, inbox.MaxBatch)
+	case out.BatchSize > 1 && !partitioned:
+		p.Addf("BatchSize", "%d without Partitions, which applies each message alone", out.BatchSize)
+	case out.BatchSize < 0 || (out.BatchSize == 0 && !partitioned):
 		out.BatchSize = 1
+	case out.BatchSize == 0:
+		out.BatchSize = DefaultBatchSize
 	}
 	if out.BatchWait < 0 {
-		errs = append(errs, fmt.Errorf("BatchWait: %v is negative", out.BatchWait))
+		p.Addf("BatchWait", "%v is negative", out.BatchWait)
 	}
-	if out.DeliveryLimit < 0 {
-		errs = append(errs, fmt.Errorf("DeliveryLimit: %d is negative", out.DeliveryLimit))
-	}
-	out.DeliveryLimit = deliveryLimit(out.DeliveryLimit)
-	if out.TakeoverTime < 0 {
-		errs = append(errs, fmt.Errorf("TakeoverTime: %v is negative", out.TakeoverTime))
-	} else if out.TakeoverTime == 0 {
-		out.TakeoverTime = DefaultTakeoverTime
-	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"RetryInitialInterval", out.RetryInitialInterval}, {"RetryMaxInterval", out.RetryMaxInterval}, {"CloseTimeout", out.CloseTimeout}} {
-		if d.v <= 0 {
-			errs = append(errs, fmt.Errorf("%s: %v, must be positive", d.name, d.v))
-		}
-	}
+	conf.Default(&p, "DeliveryLimit", &out.DeliveryLimit, DefaultDeliveryLimit)
+	conf.Default(&p, "TakeoverTime", &out.TakeoverTime, DefaultTakeoverTime)
 	if out.Logger == nil {
 		out.Logger = slog.Default()
 	}
-	out.OutageWindow = orDefault(out.OutageWindow, DefaultOutageWindow)
-	out.GapTimeout = orDefault(out.GapTimeout, DefaultGapTimeout)
-	if err := errors.Join(errs...); err != nil {
-		return out, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	return out, nil
-}
-
-// deliveryLimit returns the delivery limit a Config's DeliveryLimit n means.
-func deliveryLimit(n int) int {
-	if n == 0 {
-		return DefaultDeliveryLimit
-	}
-	return n
-}
-
-// orDefault returns def for a zero d, 0 for a negative one (none), else d.
-func orDefault(d, def time.Duration) time.Duration {
-	switch {
-	case d == 0:
-		return def
-	case d < 0:
-		return 0
-	}
-	return d
+	return out, p.Err(ErrInvalidConfig)
 }
 
 // SubscriberFactory returns the subscriber of a consumer group, bound to the
@@ -408,7 +409,7 @@ func New(db *gorm.DB, newSub SubscriberFactory, dead message.Publisher, deadTopi
 
 // newConsumer is New, with the messaging system named on consumer spans.
 func newConsumer(db *gorm.DB, newSub SubscriberFactory, dead message.Publisher, deadTopic string, cfg *Config, system string) (*Consumer, error) {
-	c, err := cfg.validate()
+	c, err := cfg.withDefaults()
 	var errs []error
 	if err != nil {
 		errs = append(errs, err)
@@ -432,7 +433,7 @@ func newConsumer(db *gorm.DB, newSub SubscriberFactory, dead message.Publisher, 
 		return nil, fmt.Errorf("consumer: metrics: %w", err)
 	}
 	dead = countingPublisher{Publisher: dead, dead: m.deadLettered}
-	m.partitionCount.Set(float64(c.Partitions))
+	m.partitionCount.Set(float64(max(c.Partitions, 0)))
 	var mem *members
 	if c.Partitions > 0 {
 		if mem, err = newMembers(db, c.Group, c.Partitions); err != nil {
@@ -447,6 +448,9 @@ func newConsumer(db *gorm.DB, newSub SubscriberFactory, dead message.Publisher, 
 	}, nil
 }
 
+// Config returns the consumer's configuration with defaults filled in.
+func (c *Consumer) Config() Config { return c.cfg }
+
 var notTopicChars = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
 
 // DeadLetterTopic is the topic dead letters of group are published under:
@@ -457,18 +461,22 @@ func DeadLetterTopic(group string) string {
 }
 
 // NewMemory returns a consumer of group cfg.Group on the in-memory
-// bus: with cfg.Partitions, of the group's partition queues (see
+// bus: with Partitions, of the group's partition queues (see
 // MemoryBus.DeclarePartitions), else of the queue named after the group.
 // Dead letters go to the queue "<group>.dead", bound to
 // DeadLetterTopic(group) on the same bus (so a consumer bound to "#" sees
-// them too).
+// them too). cfg's zero fields take their defaults.
+//
+// Errors: ErrInvalidConfig.
 func NewMemory(db *gorm.DB, bus *messaging.MemoryBus, cfg *Config) (*Consumer, error) {
 	if bus == nil {
 		return nil, fmt.Errorf("%w: nil bus", ErrInvalidConfig)
 	}
-	if cfg == nil {
-		return nil, fmt.Errorf("%w: nil config (use DefaultConfig)", ErrInvalidConfig)
+	resolved, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
 	}
+	cfg = &resolved
 	topic := DeadLetterTopic(cfg.Group)
 	if err := bus.DeclareQueue(DeadLetterQueue(cfg.Group), topic); err != nil {
 		return nil, fmt.Errorf("consumer: declare dead-letter queue: %w", err)
@@ -504,12 +512,18 @@ func NewMemory(db *gorm.DB, bus *messaging.MemoryBus, cfg *Config) (*Consumer, e
 // "<exchange>.dead" with routing key DeadLetterTopic(group), bound to the
 // durable queue "<group>.dead", declared here, so they never mix with
 // events; the partition queues' delivery limit sends poison there too.
+// The zero fields of amqpCfg and cfg take their defaults.
+//
+// Errors: ErrInvalidConfig, messaging.ErrInvalidConfig (a nil amqpCfg
+// names no URL), or the broker's error.
 func NewAMQP(ctx context.Context, db *gorm.DB, amqpCfg *messaging.AMQPConfig, cfg *Config) (*Consumer, error) {
-	if amqpCfg == nil || cfg == nil {
-		return nil, fmt.Errorf("%w: nil AMQP or consumer config", ErrInvalidConfig)
+	resolved, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
 	}
-	deadCfg := *amqpCfg
-	deadCfg.Exchange = amqpCfg.Exchange + ".dead"
+	cfg = &resolved
+	deadCfg := conf.Value(amqpCfg)
+	deadCfg.Exchange = amqpCfg.ExchangeName() + ".dead"
 	topic := DeadLetterTopic(cfg.Group)
 	if err := messaging.DeclareQueue(ctx, &deadCfg, DeadLetterQueue(cfg.Group), topic); err != nil {
 		return nil, fmt.Errorf("consumer: declare dead-letter queue: %w", err)
@@ -522,7 +536,7 @@ func NewAMQP(ctx context.Context, db *gorm.DB, amqpCfg *messaging.AMQPConfig, cf
 		if cfg.Partitions > 0 {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			spec := PartitionSpec(amqpCfg.Exchange, cfg)
+			spec := PartitionSpec(amqpCfg.ExchangeName(), cfg)
 			spec.Patterns, spec.Prefetch = patterns, cfg.BatchSize
 			return messaging.NewPartitionSubscriber(ctx, amqpCfg, spec)
 		}
@@ -544,11 +558,12 @@ func NewAMQP(ctx context.Context, db *gorm.DB, amqpCfg *messaging.AMQPConfig, cf
 // declares. Declare them with messaging.DeclarePartitions before the first
 // events of the group's types are relayed, so none is missed, with the
 // event types the group handles as Patterns (this leaves Patterns empty).
-// cfg's zero fields take their defaults.
+// cfg's zero fields take their defaults (a nil cfg is a zero Config).
 func PartitionSpec(exchange string, cfg *Config) messaging.PartitionSpec {
+	c, _ := cfg.withDefaults() // a bad config fails when the spec is declared
 	return messaging.PartitionSpec{
-		Group: cfg.Group, Count: cfg.Partitions, QueueType: cfg.QueueType, DeliveryLimit: deliveryLimit(cfg.DeliveryLimit),
-		DeadExchange: exchange + ".dead", DeadKey: DeadLetterTopic(cfg.Group),
+		Group: c.Group, Count: c.Partitions, QueueType: c.QueueType, DeliveryLimit: c.DeliveryLimit,
+		DeadExchange: exchange + ".dead", DeadKey: DeadLetterTopic(c.Group),
 	}
 }
 
@@ -586,7 +601,7 @@ func Handle[E aggregate.Event](c *Consumer, fn func(ctx context.Context, e E, en
 }
 
 // Release lets a held-back aggregate's parked events through (see
-// Config.HoldBack): for when the dead letter it is held behind was
+// Config.DisableHoldBack): for when the dead letter it is held behind was
 // discarded, or the versions a parked event waits for are lost for good
 // (under inbox.VersionsContiguous they are skipped). The consumer of the
 // events' partition applies them within about a second. It reports whether
@@ -673,7 +688,7 @@ func (c *Consumer) retry(h message.HandlerFunc) message.HandlerFunc {
 		start := time.Now()
 		delay := c.cfg.RetryInitialInterval
 		failures := 0
-		holds := c.cfg.HoldBack && c.cfg.Partitions > 0
+		holds := !c.cfg.DisableHoldBack && c.cfg.Partitions > 0
 		for {
 			probe, err := c.breaker.enter(ctx)
 			if err != nil {
@@ -898,7 +913,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return err
 	}
 	router.AddMiddleware(poison, c.retry, middleware.Recoverer, c.inbox.Middleware)
-	for i := range c.cfg.Concurrency { // competing subscriptions to the group's queue
+	for i := range c.cfg.Subscriptions { // competing subscriptions to the group's queue
 		name := c.cfg.Group
 		if i > 0 {
 			name = fmt.Sprintf("%s#%d", c.cfg.Group, i+1)

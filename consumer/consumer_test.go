@@ -149,7 +149,7 @@ func TestConsumerAppliesDuplicatesOnce(t *testing.T) {
 }
 
 // TestConsumerConcurrency checks that one unpartitioned consumer with
-// Concurrency 4 handles four messages at once (on PostgreSQL each handler waits until all
+// Subscriptions 4 handles four messages at once (on PostgreSQL each handler waits until all
 // four are in flight; SQLite serialises writers, so there they only run
 // side by side) and still applies each message once.
 func TestConsumerConcurrency(t *testing.T) {
@@ -158,8 +158,9 @@ func TestConsumerConcurrency(t *testing.T) {
 		const n = 4
 		overlap := h.db.Dialector.Name() == "postgres"
 		cfg := s.config()
-		cfg.Partitions = 0 // one queue, competing subscriptions
-		cfg.Concurrency = n
+		cfg.Partitions = -1 // one queue, competing subscriptions
+		cfg.BatchSize = 0   // DefaultConfig's 100 is for partitions
+		cfg.Subscriptions = n
 		c := s.newConsumer(t, cfg)
 		var inFlight, peak, calls atomic.Int32
 		all := make(chan struct{})
@@ -367,21 +368,70 @@ func TestConsumerUpcasts(t *testing.T) {
 	})
 }
 
+// TestConsumerConfig checks the config convention: a Config with only its
+// Group and DefaultConfig give the documented defaults, a nil one fails
+// naming Group (the one field without a default), and impossible or
+// contradictory values fail with ErrInvalidConfig naming each field.
 func TestConsumerConfig(t *testing.T) {
 	t.Parallel()
 	h := memoryHarness(t)
 	require.NoError(t, inbox.Migrate(context.Background(), h.db))
-	bad := consumer.DefaultConfig("has space")
-	bad.MaxRetries = -1
-	bad.RetryInitialInterval = 0
-	bad.Registry = nil
-	bad.Concurrency = -1
-	_, err := consumer.New(h.db, func([]string) (message.Subscriber, error) { return nil, nil }, nil, "", bad)
+	bus := messaging.NewMemoryBus()
+	t.Cleanup(func() { _ = bus.Close() })
+
+	c, err := consumer.NewMemory(h.db, bus, &consumer.Config{Group: "zero"})
+	require.NoError(t, err)
+	got := c.Config()
+	assert.Equal(t, 5, got.MaxRetries)
+	assert.Equal(t, time.Hour, got.OutageWindow)
+	assert.Equal(t, 5*time.Minute, got.GapTimeout)
+	assert.Equal(t, 100*time.Millisecond, got.RetryInitialInterval)
+	assert.Equal(t, 10*time.Second, got.RetryMaxInterval)
+	assert.Equal(t, 30*time.Second, got.CloseTimeout)
+	assert.Equal(t, 16, got.Partitions)
+	assert.Equal(t, 20, got.DeliveryLimit)
+	assert.Equal(t, 10*time.Second, got.TakeoverTime)
+	assert.Equal(t, 100, got.BatchSize)
+	assert.False(t, got.DisableHoldBack, "hold-back is on")
+	assert.Zero(t, got.PartitionConcurrency, "all owned partitions at once")
+	assert.Zero(t, got.Subscriptions, "partitioned: no competing subscriptions")
+	assert.NotNil(t, got.Registry)
+	assert.NotNil(t, got.Logger)
+	want := consumer.DefaultConfig("zero")
+	want.Registry, want.Logger, got.Registry, got.Logger = nil, nil, nil, nil
+	assert.Equal(t, *want, got, "DefaultConfig spells out the defaults")
+
+	c, err = consumer.NewMemory(h.db, bus, &consumer.Config{Group: "flat", Partitions: -1, MaxRetries: -1})
+	require.NoError(t, err)
+	assert.Equal(t, 1, c.Config().Subscriptions, "unpartitioned: one subscription")
+	assert.Equal(t, 1, c.Config().BatchSize, "unpartitioned: each message alone")
+	assert.Equal(t, -1, c.Config().MaxRetries, "negative: no retries")
+
+	_, err = consumer.NewMemory(h.db, bus, nil)
 	require.ErrorIs(t, err, consumer.ErrInvalidConfig)
-	for _, f := range []string{"Group", "MaxRetries", "RetryInitialInterval", "Registry", "Concurrency", "dead-letter"} {
+	assert.Contains(t, err.Error(), "Group:")
+
+	bad := &consumer.Config{
+		Group: "has space", RetryInitialInterval: time.Second, RetryMaxInterval: time.Millisecond,
+		Subscriptions: 4, CloseTimeout: -1,
+	}
+	_, err = consumer.New(h.db, func([]string) (message.Subscriber, error) { return nil, nil }, nil, "", bad)
+	require.ErrorIs(t, err, consumer.ErrInvalidConfig)
+	for _, f := range []string{"Group:", "RetryMaxInterval:", "Subscriptions:", "CloseTimeout:", "dead-letter"} {
 		assert.Contains(t, err.Error(), f)
 	}
-	c := h.newConsumer(t, consumer.DefaultConfig("g1"))
+	for field, cfg := range map[string]*consumer.Config{
+		"PartitionConcurrency:": {Group: "g", Partitions: -1, PartitionConcurrency: 2},
+		"BatchSize:":            {Group: "g", Partitions: -1, BatchSize: 10},
+		"Subscriptions:":        {Group: "g", Partitions: -1, Subscriptions: 1000},
+		"TakeoverTime:":         {Group: "g", TakeoverTime: -time.Second},
+	} {
+		_, err := consumer.NewMemory(h.db, bus, cfg)
+		require.ErrorIs(t, err, consumer.ErrInvalidConfig, field)
+		assert.Contains(t, err.Error(), field)
+	}
+
+	c = h.newConsumer(t, consumer.DefaultConfig("g1"))
 	require.NoError(t, consumer.Handle(c, func(context.Context, OrderPaid, *messaging.Envelope) error { return nil }))
 	require.Error(t, consumer.Handle(c, func(context.Context, OrderPaid, *messaging.Envelope) error { return nil }),
 		"one handler per event type")

@@ -158,7 +158,7 @@ func ReplayDeadLetters(ctx context.Context, cfg *messaging.AMQPConfig, group str
 }
 
 // DiscardDeadLetters removes the dead letters of group that f selects and
-// returns them. With the group's HoldBack, release the aggregate of a
+// returns them. With the group's hold-back, release the aggregate of a
 // discarded dead letter (Consumer.Release) so its parked events go on.
 //
 // Errors: messaging.ErrQueueNotFound, or the broker's.

@@ -24,7 +24,7 @@ func TestDeadLettersListReplayDiscard(t *testing.T) {
 	h := rabbitHarness(t)
 	s := newSuite(t, h)
 	cfg := s.config()
-	cfg.Partitions, cfg.HoldBack = 4, false
+	cfg.Partitions, cfg.DisableHoldBack = 4, true
 	var fixed atomic.Bool
 	c := s.newConsumer(t, cfg)
 	require.NoError(t, consumer.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {

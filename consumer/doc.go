@@ -33,10 +33,10 @@
 // once. A consumer that stops leaves the messages in flight to be
 // redelivered, never dead-lettered.
 //
-// In a partitioned group with [Config].HoldBack (the default), a dead
-// letter holds its aggregate back: the aggregate's later events are parked
-// in the database (the inbox_parked table) while the partition moves on,
-// and they are applied in order once the dead letter is replayed and
+// In a partitioned group with hold-back (the default; see
+// [Config].DisableHoldBack), a dead letter holds its aggregate back: the
+// aggregate's later events are parked in the database (the inbox_parked
+// table) while the partition moves on, and they are applied in order once the dead letter is replayed and
 // applied, or the aggregate is released ([Consumer.Release]). Under
 // inbox.VersionsContiguous, an event whose predecessor has not been
 // applied waits parked the same way, and becomes a "gap" dead letter after

@@ -150,7 +150,7 @@ func (c *Consumer) refreshGauges(ctx context.Context) {
 	tick := time.NewTicker(metricsEvery)
 	defer tick.Stop()
 	for {
-		if c.cfg.HoldBack && c.cfg.Partitions > 0 {
+		if !c.cfg.DisableHoldBack && c.cfg.Partitions > 0 {
 			counts, err := c.inbox.ParkedCounts(ctx)
 			if err == nil {
 				for _, reason := range []string{inbox.ParkedHeld, inbox.ParkedWaiting, inbox.ParkedGap} {

@@ -87,7 +87,7 @@ func orderWorker(name string) error {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	cfg := consumer.DefaultConfig(os.Getenv(envWorkerGroup))
-	cfg.Partitions, cfg.Concurrency, cfg.TakeoverTime = orderPartitions, orderConcurrency, orderTakeover
+	cfg.Partitions, cfg.PartitionConcurrency, cfg.TakeoverTime = orderPartitions, orderConcurrency, orderTakeover
 	cfg.CloseTimeout = 5 * time.Second
 	cfg.Logger = log
 	c, err := consumer.NewAMQP(context.Background(), db,

@@ -70,7 +70,7 @@ func TestOutageWindowEnds(t *testing.T) {
 }
 
 // TestGapDeadLettersAfterGapTimeout: with contiguous versions and without
-// HoldBack, an event whose predecessor never arrives waits in place, then is
+// hold-back, an event whose predecessor never arrives waits in place, then is
 // dead-lettered with the cause "gap". Once the predecessor is applied,
 // replaying it applies it.
 func TestGapDeadLettersAfterGapTimeout(t *testing.T) {
@@ -79,7 +79,7 @@ func TestGapDeadLettersAfterGapTimeout(t *testing.T) {
 		cfg := s.config()
 		cfg.Versions = inbox.VersionsContiguous
 		cfg.GapTimeout = 300 * time.Millisecond
-		cfg.HoldBack = false
+		cfg.DisableHoldBack = true
 		var (
 			mu      sync.Mutex
 			applied []int64
@@ -125,7 +125,7 @@ func TestDeadLettersSayWhy(t *testing.T) {
 	forEachHarness(t, func(t *testing.T, h *harness) {
 		s := newSuite(t, h)
 		cfg := s.config()
-		cfg.MaxRetries = 0
+		cfg.MaxRetries = -1 // no retries
 		c := s.newConsumer(t, cfg)
 		require.NoError(t, consumer.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
 			if e.OrderID == "refused" {

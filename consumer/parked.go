@@ -14,7 +14,7 @@ import (
 	"github.com/bentoevents/bento/tenant"
 )
 
-// sweepEvery is how often a partitioned consumer with HoldBack turns
+// sweepEvery is how often a partitioned consumer with hold-back turns
 // expired waits into gap dead letters and applies the parked events of its
 // partitions that nothing holds back any more.
 const sweepEvery = time.Second
@@ -38,7 +38,7 @@ func partitionOf(ctx context.Context) int {
 }
 
 // Parked returns up to limit events this consumer group parked instead of
-// applying them out of order (see Config.HoldBack), oldest first: those
+// applying them out of order (see Config.DisableHoldBack), oldest first: those
 // waiting behind a dead letter ("held"), those waiting for a predecessor
 // ("waiting"), and those that waited past GapTimeout ("gap").
 func (c *Consumer) Parked(ctx context.Context, limit int) ([]inbox.Parked, error) {

@@ -19,7 +19,7 @@ type partitionRun struct {
 	c       *Consumer
 	sub     message.Subscriber
 	handle  message.HandlerFunc
-	slots   chan struct{} // Concurrency, when limited
+	slots   chan struct{} // PartitionConcurrency, when limited
 	base    context.Context
 	workers map[int]*partitionWorker
 	wg      sync.WaitGroup
@@ -52,8 +52,8 @@ func (c *Consumer) runPartitioned(ctx context.Context, handle message.HandlerFun
 		return fmt.Errorf("consumer: subscribe %s: %w", c.cfg.Group, err)
 	}
 	r := &partitionRun{c: c, sub: sub, handle: handle, base: context.WithoutCancel(ctx), workers: map[int]*partitionWorker{}}
-	if c.cfg.Concurrency > 0 {
-		r.slots = make(chan struct{}, c.cfg.Concurrency)
+	if c.cfg.PartitionConcurrency > 0 {
+		r.slots = make(chan struct{}, c.cfg.PartitionConcurrency)
 	}
 	defer func() {
 		r.c.owned.Store(nil)
@@ -68,7 +68,7 @@ func (c *Consumer) runPartitioned(ctx context.Context, handle message.HandlerFun
 		_ = sub.Close()
 	}()
 	r.assign(owned)
-	if c.cfg.HoldBack {
+	if !c.cfg.DisableHoldBack {
 		stopSweep := c.startSweeper(ctx)
 		defer stopSweep()
 	}

@@ -82,9 +82,7 @@ func TestUnconsumedEventDoesNotHoldBackItsAggregate(t *testing.T) {
 			if !tc.alternate {
 				require.NoError(t, s.Bus.DeclareAlternate(""))
 			}
-			cfg := consumer.DefaultConfig("ledger")
-			cfg.Logger = quiet
-			ledger, err := consumer.NewMemory(s.DB, s.Bus, cfg)
+			ledger, err := consumer.NewMemory(s.DB, s.Bus, &consumer.Config{Group: "ledger", Logger: quiet})
 			require.NoError(t, err)
 			var (
 				mu       sync.Mutex
@@ -147,8 +145,7 @@ func TestCommitsWakeTheProjector(t *testing.T) {
 	defer cancel()
 	var afterCommit sync.WaitGroup
 	afterCommit.Add(1)
-	pcfg := projector.DefaultConfig()
-	pcfg.IdleSleep = time.Hour // only a wake-up can relay
+	pcfg := &projector.Config{IdleSleep: time.Hour} // only a wake-up can relay
 	s, err := embedded.Open(ctx, &embedded.Config{
 		Path:      filepath.Join(t.TempDir(), "bento.db"),
 		Units:     &uow.Config{AfterCommit: func(events int) { assert.Equal(t, 2, events); afterCommit.Done() }},
@@ -199,8 +196,7 @@ func TestOpenWithYourDatabaseAndPublisher(t *testing.T) {
 // TestOpenRejectsABadConfig: a contradictory projector config is refused
 // with the projector's typed error, and nothing is left open.
 func TestOpenRejectsABadConfig(t *testing.T) {
-	pcfg := projector.DefaultConfig()
-	pcfg.BackoffFloor, pcfg.BackoffCeiling = time.Minute, time.Second
+	pcfg := &projector.Config{BackoffFloor: time.Minute, BackoffCeiling: time.Second}
 	_, err := embedded.Open(context.Background(), &embedded.Config{Path: filepath.Join(t.TempDir(), "bento.db"), Projector: pcfg})
 	require.Error(t, err)
 	assert.True(t, errors.Is(err, projector.ErrInvalidConfig), "got %v", err)

@@ -47,10 +47,12 @@ type Check struct {
 	Run func(ctx context.Context) error
 }
 
-// Config configures Ready. A nil *Config means the defaults.
+// Config configures Ready. A nil *Config or a zero field means the
+// field's default.
 type Config struct {
-	// Timeout bounds each check; one that takes longer fails. Optional:
-	// 0 means DefaultTimeout.
+	// Timeout bounds each check; one that takes longer fails. Ready has no
+	// error to return, so a negative value, which could only fail every
+	// check, also means the default. Defaults to DefaultTimeout (2s).
 	Timeout time.Duration
 }
 

@@ -75,6 +75,31 @@ func TestReadyNamesTheFailingChecks(t *testing.T) {
 	assert.Len(t, a.Checks, 2)
 }
 
+// TestReadyTimeoutDefaults: a nil config, a zero one and a negative
+// Timeout all give each check DefaultTimeout; a set one is kept.
+func TestReadyTimeoutDefaults(t *testing.T) {
+	for name, c := range map[string]struct {
+		cfg  *health.Config
+		want time.Duration
+	}{
+		"nil": {nil, 2 * time.Second}, "zero": {&health.Config{}, 2 * time.Second},
+		"negative": {&health.Config{Timeout: -time.Second}, 2 * time.Second},
+		"set":      {&health.Config{Timeout: 500 * time.Millisecond}, 500 * time.Millisecond},
+	} {
+		var left time.Duration
+		probe := health.Check{Name: "probe", Run: func(ctx context.Context) error {
+			deadline, ok := ctx.Deadline()
+			require.True(t, ok, name)
+			left = time.Until(deadline)
+			return nil
+		}}
+		code, _ := ask(t, health.Ready(c.cfg, probe))
+		assert.Equal(t, http.StatusOK, code, name)
+		assert.LessOrEqual(t, left, c.want, name)
+		assert.Greater(t, left, c.want-time.Second/4, name)
+	}
+}
+
 func zeroDuration(r health.Result) health.Result {
 	r.DurationMS = 0
 	return r

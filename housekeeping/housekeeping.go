@@ -62,34 +62,36 @@ const unroutableScan = 10_000
 // ErrInvalidConfig is returned by Run for a bad configuration.
 var ErrInvalidConfig = errors.New("housekeeping: invalid config")
 
-// Config configures Run. Zero fields take their defaults; a negative
-// retention turns that job off.
+// Config configures Run. A zero field means the field's default (DB has
+// none and is required); a negative retention turns that job off. A
+// negative Every is rejected with [ErrInvalidConfig].
 type Config struct {
-	// DB is the database of the outbox, inbox and idempotency tables.
-	// Required.
+	// DB is the database of the outbox, inbox and idempotency tables. It
+	// has no default: it is required.
 	DB *gorm.DB
-	// Every is how often each job runs. Optional: DefaultEvery (1h).
+	// Every is how often each job runs. Defaults to DefaultEvery (1h).
 	Every time.Duration
 	// OutboxRetention is how long sent outbox rows are kept (and, for a
 	// partitioned table, after how long a partition whose rows are all sent
-	// is dropped). Optional: DefaultOutboxRetention (7 days); negative
-	// turns the outbox jobs off.
+	// is dropped). A negative value turns the outbox jobs off. Defaults to
+	// DefaultOutboxRetention (7 days).
 	OutboxRetention time.Duration
 	// InboxRetention is how long inbox records are kept: the dedup window
-	// by message id (see inbox.Purge). Optional: DefaultInboxRetention (30
-	// days); negative turns the inbox jobs off.
+	// by message id (see inbox.Purge). A negative value turns the inbox
+	// jobs off. Defaults to DefaultInboxRetention (30 days).
 	InboxRetention time.Duration
 	// KeepIdempotencyKeys turns off the purge of expired idempotency keys.
+	// Defaults to false: expired keys are purged.
 	KeepIdempotencyKeys bool
 	// Unroutable, when set, adds a task that counts the events parked in
 	// the unroutable queue of this broker's exchange (relayed while no
 	// queue was bound for their type), by event type, in the gauge
 	// bento_unroutable_events (of the oldest 10,000), and logs each type
-	// found, with how to replay them. Optional.
+	// found, with how to replay them. Defaults to none.
 	Unroutable *messaging.AMQPConfig
-	// Logger receives a line per run of a job. Optional: slog.Default().
+	// Logger receives a line per run of a job. Defaults to slog.Default().
 	Logger *slog.Logger
-	// Registerer receives the metrics. Optional.
+	// Registerer, when set, receives the metrics. Defaults to none.
 	Registerer prometheus.Registerer
 	// Now is the clock of the idempotency purge. Optional: time.Now.
 	Now func() time.Time
@@ -227,7 +229,7 @@ func countUnroutable(ctx context.Context, c Config, gauge *prometheus.GaugeVec) 
 		gauge.WithLabelValues(t).Set(float64(n))
 		c.Logger.Warn("housekeeping: events were relayed while no queue was bound for their type; "+
 			"if a group consumes it, declare its queues and run: bento unroutable replay --event-type "+t,
-			"event_type", t, "parked", n, "queue", messaging.UnroutableQueue(c.Unroutable.Exchange))
+			"event_type", t, "parked", n, "queue", messaging.UnroutableQueue(c.Unroutable.ExchangeName()))
 	}
 	return nil
 }

@@ -180,6 +180,29 @@ func TestRunRejectsBadConfig(t *testing.T) {
 	assert.Contains(t, err.Error(), "Every")
 }
 
+// TestConfigDefaults checks the config convention: zero fields take the
+// documented defaults and enable every job, and a negative retention turns
+// its jobs off.
+func TestConfigDefaults(t *testing.T) {
+	db := testenv.SQLite(t)
+	c, jobs, err := housekeeping.Prepare(&housekeeping.Config{DB: db})
+	require.NoError(t, err)
+	assert.Equal(t, time.Hour, c.Every)
+	assert.Equal(t, 7*24*time.Hour, c.OutboxRetention)
+	assert.Equal(t, 30*24*time.Hour, c.InboxRetention)
+	assert.NotNil(t, c.Logger)
+	assert.ElementsMatch(t, []string{housekeeping.JobOutboxPurge, housekeeping.JobOutboxMaintain, housekeeping.JobInboxPurge,
+		housekeeping.JobInboxMaintain, housekeeping.JobIdempotencyPurge}, jobs)
+
+	_, jobs, err = housekeeping.Prepare(&housekeeping.Config{DB: db, OutboxRetention: -1, InboxRetention: -1, KeepIdempotencyKeys: true})
+	require.NoError(t, err)
+	assert.Empty(t, jobs, "negative retentions turn their jobs off")
+
+	_, _, err = housekeeping.Prepare(nil)
+	require.ErrorIs(t, err, housekeeping.ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "DB")
+}
+
 // TestThreeInstancesRunEachJobOncePerPeriod: three instances with a period
 // of 300 ms, for 1.5 s, on PostgreSQL: each job runs about once per period
 // in all (not three times), and the others' rounds are skipped.

@@ -26,19 +26,22 @@ const maxLockTimeout = math.MaxInt32 * time.Millisecond
 // Config.StoredHeaders is empty. Never modified.
 var defaultStoredHeaders = []string{"Content-Type", "Location", "Content-Location", "ETag", "Last-Modified"}
 
-// Config configures a [Ledger]. The zero value (or nil) means defaults.
+// Config configures a [Ledger]. A nil Config or a zero field means the
+// field's default; negative durations and sizes, and malformed header names,
+// are rejected with [ErrInvalidConfig] naming the field.
 type Config struct {
 	// TTL is how long a key is remembered after its first request. A repeat
 	// within TTL is replayed (or refused with 409 if the request differs);
-	// after it, the key is new again. Defaults to 24h.
+	// after it, the key is new again. Defaults to DefaultTTL (24h).
 	TTL time.Duration
 	// MaxBodyBytes is the largest request body accepted with a key; larger
 	// ones get 413. The body is read into memory to compute the request
-	// digest. Defaults to 1 MiB.
+	// digest. Defaults to DefaultMaxBodyBytes (1 MiB).
 	MaxBodyBytes int64
 	// LockTimeout is how long a request waits for a concurrent request with
 	// the same key to finish (on SQLite: for the database's write lock)
-	// before it gets 409. Rounded up to whole milliseconds. Defaults to 5s.
+	// before it gets 409. Rounded up to whole milliseconds. Defaults to
+	// DefaultLockTimeout (5s).
 	LockTimeout time.Duration
 	// StoredHeaders are the response headers stored with a key and replayed
 	// with its response; the first response carries all the handler's

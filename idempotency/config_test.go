@@ -1,6 +1,7 @@
 package idempotency_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/bentoevents/bento/idempotency"
 	"github.com/bentoevents/bento/internal/testenv"
+	"github.com/bentoevents/bento/outbox"
 )
 
 // TestNewValidatesConfig checks that New rejects a bad configuration with
@@ -49,6 +51,9 @@ func TestNewValidatesConfig(t *testing.T) {
 	_, err = idempotency.New(&gorm.DB{Config: &gorm.Config{}}, nil)
 	require.ErrorIs(t, err, idempotency.ErrInvalidConfig)
 
+	zero, err := idempotency.New(db, &idempotency.Config{})
+	require.NoError(t, err)
+	assert.Equal(t, 24*time.Hour, zero.Config().TTL, "a zero Config means the defaults too")
 	l, err := idempotency.New(db, nil)
 	require.NoError(t, err)
 	c := l.Config()
@@ -63,4 +68,18 @@ func TestNewValidatesConfig(t *testing.T) {
 	l, err = idempotency.New(db, &idempotency.Config{StoredHeaders: []string{"x-request-id"}})
 	require.NoError(t, err)
 	assert.Equal(t, []string{"X-Request-Id"}, l.Config().StoredHeaders)
+}
+
+// TestClosedDatabase checks that a closed database handle gives the one
+// closed-database error shared with the other packages.
+func TestClosedDatabase(t *testing.T) {
+	t.Parallel()
+	db := testenv.SQLite(t)
+	sqlDB, err := db.DB()
+	require.NoError(t, err)
+	require.NoError(t, sqlDB.Close())
+
+	err = idempotency.Migrate(context.Background(), db)
+	require.ErrorIs(t, err, idempotency.ErrClosed)
+	require.ErrorIs(t, err, outbox.ErrClosed)
 }

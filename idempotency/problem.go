@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/bentoevents/bento/internal/dberr"
+	"github.com/bentoevents/bento/outbox"
 )
 
 var (
@@ -16,9 +17,9 @@ var (
 	// ErrInvalidKey is returned (wrapped) by ValidateKey for a malformed
 	// key; the middleware answers such a request with 400.
 	ErrInvalidKey = errors.New("idempotency: invalid key")
-	// ErrClosed is returned (wrapped) when the database handle has been
-	// closed.
-	ErrClosed = errors.New("idempotency: database is closed")
+	// ErrClosed is outbox.ErrClosed, the one closed-database error: it is
+	// returned (wrapped) when the database handle has been closed.
+	ErrClosed = outbox.ErrClosed
 )
 
 // Problem types: the "type" of the RFC 9457 problem details the middleware
@@ -90,9 +91,4 @@ func (p problem) write(w http.ResponseWriter) {
 	_ = json.NewEncoder(w).Encode(p)
 }
 
-func wrapDB(op string, err error) error {
-	if dberr.IsClosed(err) {
-		return fmt.Errorf("idempotency: %s: %w: %w", op, ErrClosed, err)
-	}
-	return fmt.Errorf("idempotency: %s: %w", op, err)
-}
+func wrapDB(op string, err error) error { return dberr.Wrap("idempotency: "+op, err) }

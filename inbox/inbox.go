@@ -23,6 +23,7 @@ import (
 	"github.com/bentoevents/bento/internal/migrate"
 	"github.com/bentoevents/bento/internal/tracing"
 	"github.com/bentoevents/bento/messaging"
+	"github.com/bentoevents/bento/outbox"
 	"github.com/bentoevents/bento/tenant"
 )
 
@@ -34,8 +35,9 @@ var (
 	// or longer than 128 characters): it cannot be deduplicated, so it is
 	// never applied. The consumer sends it to the dead-letter destination.
 	ErrNoMessageID = errors.New("inbox: message has no usable id")
-	// ErrClosed is returned when the database handle has been closed.
-	ErrClosed = errors.New("inbox: database is closed")
+	// ErrClosed is outbox.ErrClosed, the one closed-database error: the
+	// database handle has been closed.
+	ErrClosed = outbox.ErrClosed
 	// ErrGap is returned, and the handler not run, for a message of an
 	// aggregate whose previous version the consumer has not applied yet,
 	// under VersionsContiguous. The message is not recorded: redelivered
@@ -72,12 +74,15 @@ type Record struct {
 // TableName tells GORM the table.
 func (Record) TableName() string { return "inbox_messages" }
 
-// Config configures an [Inbox].
+// Config configures an [Inbox]. A zero field means the field's default,
+// except Consumer, which has none; a nil *Config is a zero one, so it fails
+// naming Consumer. Impossible values are rejected with [ErrInvalidConfig]
+// naming the field.
 type Config struct {
 	// Consumer names who applies the messages: usually the consumer group.
 	// Dedup is per (Consumer, message id), so two consumers of one message
 	// each apply it once. 1 to 200 ASCII letters, digits, '_', '.', ':' or
-	// '-'. Required.
+	// '-'. It has no default: it is required.
 	Consumer string
 	// TxOptions are used to begin each message's transaction. Defaults to
 	// the database's default isolation.
@@ -344,12 +349,7 @@ func (in *Inbox) Processed(ctx context.Context, messageID string) (bool, error) 
 	return n > 0, nil
 }
 
-func wrapDB(op string, err error) error {
-	if dberr.IsClosed(err) {
-		return fmt.Errorf("inbox: %s: %w: %w", op, ErrClosed, err)
-	}
-	return fmt.Errorf("inbox: %s: %w", op, err)
-}
+func wrapDB(op string, err error) error { return dberr.Wrap("inbox: "+op, err) }
 
 //go:embed migrations
 var migrationFiles embed.FS

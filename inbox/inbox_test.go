@@ -336,6 +336,15 @@ func TestUnusableMessagesAreRejected(t *testing.T) {
 		require.ErrorIs(t, err, inbox.ErrInvalidConfig)
 		_, err = inbox.New(nil, nil)
 		require.ErrorIs(t, err, inbox.ErrInvalidConfig)
+		_, err = inbox.New(db, nil)
+		require.ErrorIs(t, err, inbox.ErrInvalidConfig, "Consumer has no default")
+		assert.Contains(t, err.Error(), "Consumer:")
+		_, err = inbox.New(db, &inbox.Config{Consumer: "c", Versions: 9})
+		require.ErrorIs(t, err, inbox.ErrInvalidConfig)
+		assert.Contains(t, err.Error(), "Versions:")
+		zero, err := inbox.New(db, &inbox.Config{Consumer: "c"})
+		require.NoError(t, err, "every other field has a default")
+		assert.Equal(t, "c", zero.Consumer())
 	})
 }
 
@@ -372,5 +381,23 @@ func TestPurgeKeepsTheWindow(t *testing.T) {
 		var left []string
 		require.NoError(t, db.Model(&inbox.Record{}).Pluck("message_id", &left).Error)
 		assert.Equal(t, []string{"recent"}, left)
+	})
+}
+
+// TestClosedDatabase checks that a closed database handle gives the one
+// closed-database error, whichever package's name the caller uses for it.
+func TestClosedDatabase(t *testing.T) {
+	testenv.ForEachBackend(t, func(t *testing.T, _ testenv.Backend, db *gorm.DB) {
+		e := setup(t, db, "closed")
+		sqlDB, err := db.DB()
+		require.NoError(t, err)
+		require.NoError(t, sqlDB.Close())
+
+		_, err = e.in.Processed(context.Background(), "m-1")
+		require.ErrorIs(t, err, inbox.ErrClosed)
+		require.ErrorIs(t, err, outbox.ErrClosed)
+		require.ErrorIs(t, err, uow.ErrClosed)
+		err = inbox.Migrate(context.Background(), db)
+		require.ErrorIs(t, err, inbox.ErrClosed)
 	})
 }

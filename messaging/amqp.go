@@ -25,30 +25,35 @@ const (
 	DefaultExchange        = "bento.events"
 	DefaultChannelPoolSize = 16
 	DefaultPrefetchCount   = 32
+	// DefaultDeliveryLimit is PartitionSpec.DeliveryLimit's default.
+	DefaultDeliveryLimit = 20
 )
 
 // setupTimeout bounds the topology declaration done by the constructors.
 const setupTimeout = 30 * time.Second
 
-// AMQPConfig configures the RabbitMQ publisher and subscriber. URL and
-// Exchange are required — an empty exchange is rejected rather than
-// defaulted, so producers and consumers can never silently disagree on it
-// (use DefaultExchange if you have no preference); other zero fields take
-// their defaults.
+// AMQPConfig configures the RabbitMQ publisher and subscriber. A zero
+// field means the field's default, except URL, which has none and is
+// required; a nil *AMQPConfig is a zero one, so it fails naming URL.
+// Impossible values are rejected with [ErrInvalidConfig] naming the field.
+// Producers and consumers that leave Exchange empty agree on
+// DefaultExchange; set it on both sides or on neither.
 type AMQPConfig struct {
 	// URL is the broker's address, amqp://user:pass@host:5672/vhost or
-	// amqps://... It is required.
+	// amqps://... It has no default: it is required.
 	URL string
 	// Exchange is the name of the durable topic exchange events are
 	// published to; "<Exchange>.unroutable" is its alternate exchange and
 	// queue. 1 to 200 ASCII letters, digits, '_', '.', ':' or '-', not
-	// starting with "amq.". Required; DefaultExchange is "bento.events".
+	// starting with "amq.". Defaults to DefaultExchange ("bento.events").
 	Exchange string
 	// ChannelPoolSize is the number of AMQP channels a publisher opens up
-	// front; it caps how many Publish calls run at once. Defaults to 16.
+	// front; it caps how many Publish calls run at once. Defaults to
+	// DefaultChannelPoolSize (16).
 	ChannelPoolSize int
 	// PrefetchCount is how many unacked messages the broker sends ahead to
-	// each subscription (AMQP basic.qos), at most 65535. Defaults to 32.
+	// each subscription (AMQP basic.qos), at most 65535. Defaults to
+	// DefaultPrefetchCount (32).
 	PrefetchCount int
 	// Logger receives the logs of watermill-amqp and of ConfirmPublisher.
 	// Defaults to slog.Default().
@@ -64,6 +69,7 @@ func (c *AMQPConfig) resolve() (*AMQPConfig, error) {
 	if c != nil {
 		r = *c
 	}
+	r.Exchange = c.ExchangeName()
 	if r.ChannelPoolSize == 0 {
 		r.ChannelPoolSize = DefaultChannelPoolSize
 	}
@@ -79,6 +85,15 @@ func (c *AMQPConfig) resolve() (*AMQPConfig, error) {
 	return &r, nil
 }
 
+// ExchangeName returns the exchange c names: Exchange, or DefaultExchange
+// when it is empty (or c is nil).
+func (c *AMQPConfig) ExchangeName() string {
+	if c == nil || c.Exchange == "" {
+		return DefaultExchange
+	}
+	return c.Exchange
+}
+
 // validate names every bad field of c, whose defaults are filled in.
 func (c *AMQPConfig) validate() error {
 	var errs []error
@@ -90,9 +105,7 @@ func (c *AMQPConfig) validate() error {
 	} else if reason := checkURL(c.URL); reason != "" {
 		bad("URL", reason)
 	}
-	if c.Exchange == "" {
-		bad("Exchange", "is required (DefaultExchange is \""+DefaultExchange+"\")")
-	} else if r := checkName(c.Exchange); r != "" {
+	if r := checkName(c.Exchange); r != "" {
 		bad("Exchange", fmt.Sprintf("%q %s", clip(c.Exchange), r))
 	}
 	if c.ChannelPoolSize < 0 {

@@ -426,9 +426,7 @@ func TestAMQPConfigValidation(t *testing.T) {
 	check(t, messaging.DeclareQueue(t.Context(), bad, "g", "a"), fields...)
 
 	_, err = messaging.NewAMQPPublisher(nil)
-	check(t, err, "URL", "Exchange")
-	_, err = messaging.NewAMQPPublisher(&messaging.AMQPConfig{URL: "amqp://guest:guest@127.0.0.1:5672/"})
-	check(t, err, "Exchange") // an empty exchange is rejected, not defaulted
+	check(t, err, "URL") // the one field without a default
 	check(t, messaging.DeclareTopology(t.Context(), &messaging.AMQPConfig{
 		URL: "amqp://guest:guest@127.0.0.1:5672/", Exchange: "has space", PrefetchCount: 70000,
 	}), "Exchange", "PrefetchCount")
@@ -447,4 +445,40 @@ func TestAMQPConfigValidation(t *testing.T) {
 		require.ErrorIs(t, err, messaging.ErrInvalidName, "%q", args)
 	}
 	assert.True(t, strings.HasPrefix(messaging.DefaultExchange, "bento."))
+}
+
+// TestAMQPConfigDefaults checks that a zero field takes its default: a
+// config with only a URL is complete, and the exchange it names is
+// DefaultExchange.
+func TestAMQPConfigDefaults(t *testing.T) {
+	t.Parallel()
+	const url = "amqp://guest:guest@127.0.0.1:5672/"
+	c, err := messaging.Resolve(&messaging.AMQPConfig{URL: url})
+	require.NoError(t, err)
+	assert.Equal(t, "bento.events", c.Exchange)
+	assert.Equal(t, 16, c.ChannelPoolSize)
+	assert.Equal(t, 32, c.PrefetchCount)
+	assert.NotNil(t, c.Logger)
+	assert.Equal(t, "bento.events", (&messaging.AMQPConfig{}).ExchangeName())
+	assert.Equal(t, "bento.events", (*messaging.AMQPConfig)(nil).ExchangeName())
+	assert.Equal(t, "x.events", (&messaging.AMQPConfig{Exchange: "x.events"}).ExchangeName())
+
+	c, err = messaging.Resolve(&messaging.AMQPConfig{URL: url, Exchange: "x.events", PrefetchCount: 5})
+	require.NoError(t, err)
+	assert.Equal(t, "x.events", c.Exchange)
+	assert.Equal(t, 5, c.PrefetchCount)
+
+	_, err = messaging.Resolve(&messaging.AMQPConfig{URL: url, ChannelPoolSize: -1})
+	require.ErrorIs(t, err, messaging.ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "AMQPConfig.ChannelPoolSize")
+}
+
+// TestPartitionSpecDefaults checks that a zero DeliveryLimit gives quorum
+// partition queues DefaultDeliveryLimit.
+func TestPartitionSpecDefaults(t *testing.T) {
+	t.Parallel()
+	args := messaging.QueueArgs(messaging.PartitionSpec{Group: "g", Count: 1, DeadKey: "g.dead"})
+	assert.Equal(t, 20, args["x-delivery-limit"])
+	args = messaging.QueueArgs(messaging.PartitionSpec{Group: "g", Count: 1, DeadKey: "g.dead", DeliveryLimit: 3})
+	assert.Equal(t, 3, args["x-delivery-limit"])
 }

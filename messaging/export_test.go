@@ -34,3 +34,9 @@ func SetHashExchangeType(typ string) (restore func()) {
 	hashExchangeType = typ
 	return func() { hashExchangeType = old }
 }
+
+// Resolve returns cfg validated, with its defaults filled in.
+func Resolve(cfg *AMQPConfig) (*AMQPConfig, error) { return cfg.resolve() }
+
+// QueueArgs returns the arguments of spec's partition queues.
+func QueueArgs(spec PartitionSpec) map[string]any { return spec.queueArgs() }

@@ -1,6 +1,7 @@
 package messaging
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -55,38 +56,40 @@ func (t QueueType) String() string {
 // events of one aggregate always land in the same queue, in the order they
 // were published.
 type PartitionSpec struct {
-	// Group is the consumer group. Required.
+	// Group is the consumer group. It has no default: it is required.
 	Group string
 	// Count is the number of partitions, 1 to MaxPartitions. Every instance
 	// of a group must use the same count; changing it moves aggregates
-	// between partitions, so drain the queues first. Required.
+	// between partitions, so drain the queues first. It has no default: it
+	// is required.
 	Count int
 	// Patterns are the binding patterns of the event types the group
-	// consumes ("order.*"). At least one is required.
+	// consumes ("order.*"). It has no default: at least one is required.
 	Patterns []string
-	// QueueType is the RabbitMQ queue type (Quorum, the zero value, or
-	// Classic). The memory bus ignores it.
+	// QueueType is the RabbitMQ queue type, Quorum or Classic. The memory
+	// bus ignores it. Defaults to Quorum.
 	QueueType QueueType
 	// DeliveryLimit, for quorum queues, is how many times a message is
 	// delivered again (after its consumer died, stopped or gave it back)
 	// before the broker dead-letters it to DeadExchange with routing key
-	// DeadKey. Required (at least 1) for quorum queues: without a limit,
-	// RabbitMQ 3.10 puts a message given back at the tail of a quorum queue,
-	// behind the later events of its aggregate. A consumer that stops or
-	// moves a partition may count one delivery against the message at its
-	// head, so leave room (consumer.DefaultDeliveryLimit is 20). Changing it
-	// later fails: RabbitMQ refuses to redeclare a queue with other
-	// arguments. Classic queues ignore it.
+	// DeadKey. Quorum queues always get one: without a limit, RabbitMQ 3.10
+	// puts a message given back at the tail of a quorum queue, behind the
+	// later events of its aggregate. A consumer that stops or moves a
+	// partition may count one delivery against the message at its head, so
+	// leave room. Changing it later fails: RabbitMQ refuses to redeclare a
+	// queue with other arguments. Classic queues ignore it. Defaults to
+	// DefaultDeliveryLimit (20).
 	DeliveryLimit int
 	// DeadExchange and DeadKey name where the delivery limit sends a
 	// message (the empty DeadExchange is the broker's default exchange,
-	// which routes to the queue named DeadKey). DeadKey is required with a
-	// DeliveryLimit.
+	// which routes to the queue named DeadKey). DeadKey has no default: it
+	// is required for quorum queues. DeadExchange defaults to the default
+	// exchange.
 	DeadExchange, DeadKey string
 	// Prefetch is how many messages a subscription of
 	// NewPartitionSubscriber or MemoryBus.PartitionSubscriber takes before
 	// the first of them is acked, so that a consumer can apply several at
-	// once. Optional: 0 means 1. Declaring ignores it.
+	// once. Declaring ignores it. Defaults to 1.
 	Prefetch int
 }
 
@@ -135,9 +138,11 @@ func (s *PartitionSpec) validate(exchange string) error {
 	if err := validatePatterns(s.Patterns); err != nil {
 		errs = append(errs, err)
 	}
-	if s.QueueType == Quorum && (s.DeliveryLimit < 1 || s.DeadKey == "") {
-		errs = append(errs, fmt.Errorf("%w: PartitionSpec.DeliveryLimit (%d) must be positive, with a DeadKey, for quorum queues",
-			ErrInvalidConfig, s.DeliveryLimit))
+	if s.DeliveryLimit < 0 {
+		errs = append(errs, fmt.Errorf("%w: PartitionSpec.DeliveryLimit %d is negative", ErrInvalidConfig, s.DeliveryLimit))
+	}
+	if s.QueueType == Quorum && s.DeadKey == "" {
+		errs = append(errs, fmt.Errorf("%w: PartitionSpec.DeadKey is required for quorum queues", ErrInvalidConfig))
 	}
 	if s.QueueType != Quorum && s.QueueType != Classic {
 		errs = append(errs, fmt.Errorf("%w: PartitionSpec.QueueType %d is unknown", ErrInvalidConfig, s.QueueType))
@@ -158,7 +163,7 @@ func (s *PartitionSpec) queueArgs() amqp.Table {
 		return args
 	}
 	args["x-queue-type"] = "quorum"
-	args["x-delivery-limit"] = s.DeliveryLimit
+	args["x-delivery-limit"] = cmp.Or(s.DeliveryLimit, DefaultDeliveryLimit)
 	args["x-dead-letter-exchange"] = s.DeadExchange
 	args["x-dead-letter-routing-key"] = s.DeadKey
 	return args

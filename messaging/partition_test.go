@@ -336,7 +336,6 @@ func TestPartitionSpecIsValidated(t *testing.T) {
 		{Group: "g", Count: 0, Patterns: []string{"a"}},
 		{Group: "g", Count: messaging.MaxPartitions + 1, Patterns: []string{"a"}},
 		{Group: "g", Count: 1, Patterns: []string{"a"}, DeliveryLimit: 3},
-		{Group: "g", Count: 1, Patterns: []string{"a"}, DeadKey: "g.dead"},
 		{Group: "g", Count: 1, Patterns: []string{"a"}, DeliveryLimit: -1, DeadKey: "g.dead"},
 		{Group: "g", Count: 1, Patterns: []string{"a"}, QueueType: 7},
 	} {

@@ -8,6 +8,9 @@ import (
 )
 
 var (
+	// ErrInvalidConfig is returned by NewStore for a bad configuration;
+	// the message names every bad field.
+	ErrInvalidConfig = errors.New("outbox: invalid config")
 	// ErrInvalidEvent is returned (wrapped in a *ValidationError) for an event
 	// the outbox cannot store: a malformed topic, aggregate type, aggregate id,
 	// id, schema version, dedup key, or a payload or metadata that is not JSON.
@@ -26,8 +29,12 @@ var (
 	// aggregate's events are relayed in version order, so a version names
 	// one event. Nothing is written for that event.
 	ErrDuplicateVersion = errors.New("outbox: duplicate aggregate version")
-	// ErrClosed is returned when the database handle has been closed.
-	ErrClosed = errors.New("outbox: database is closed")
+	// ErrClosed is returned (wrapped) when the database handle has been
+	// closed. It is the one closed-database error of every bento package:
+	// uow.ErrClosed, inbox.ErrClosed and idempotency.ErrClosed are this same
+	// error, so errors.Is(err, outbox.ErrClosed) holds wherever it comes
+	// from.
+	ErrClosed = dberr.ErrClosed
 )
 
 // versionConstraint is the unique index (or, on a partitioned table, the
@@ -66,9 +73,4 @@ func (e *ValidationError) Unwrap() error { return e.Err }
 
 // wrapDB wraps a database error with op, adding ErrClosed when the handle is
 // closed.
-func wrapDB(op string, err error) error {
-	if dberr.IsClosed(err) {
-		return fmt.Errorf("%s: %w: %w", op, ErrClosed, err)
-	}
-	return fmt.Errorf("%s: %w", op, err)
-}
+func wrapDB(op string, err error) error { return dberr.Wrap(op, err) }

@@ -11,6 +11,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/aggregate"
+	"github.com/bentoevents/bento/internal/conf"
 	"github.com/bentoevents/bento/internal/dberr"
 	"github.com/bentoevents/bento/internal/dialect"
 	"github.com/bentoevents/bento/internal/tracing"
@@ -33,10 +34,11 @@ const DefaultMaxMetadataBytes = 16 << 10
 // header name in at most 255 bytes.
 const MaxMetadataKeyLen = 255
 
-// Config configures a [Store]. The zero value (or nil) means defaults.
+// Config configures a [Store]. A nil Config or a zero field means the
+// field's default; a negative size is rejected with [ErrInvalidConfig].
 type Config struct {
 	// MaxPayloadBytes is the largest payload accepted, in bytes of JSON.
-	// Defaults to 1 MiB.
+	// Defaults to DefaultMaxPayloadBytes (1 MiB).
 	MaxPayloadBytes int
 	// MaxMetadataBytes is the largest metadata accepted, counted as AMQP
 	// headers encode it: per entry its key and value plus 6 bytes. An
@@ -62,30 +64,14 @@ type Config struct {
 }
 
 func (c *Config) withDefaults() (Config, error) {
-	var out Config
-	if c != nil {
-		out = *c
-	}
-	var errs []error
-	if out.MaxPayloadBytes < 0 {
-		errs = append(errs, fmt.Errorf("MaxPayloadBytes: %d is negative", out.MaxPayloadBytes))
-	}
-	if out.MaxPayloadBytes == 0 {
-		out.MaxPayloadBytes = DefaultMaxPayloadBytes
-	}
-	if out.MaxMetadataBytes < 0 {
-		errs = append(errs, fmt.Errorf("MaxMetadataBytes: %d is negative", out.MaxMetadataBytes))
-	}
-	if out.MaxMetadataBytes == 0 {
-		out.MaxMetadataBytes = DefaultMaxMetadataBytes
-	}
+	out := conf.Value(c)
+	var p conf.Problems
+	conf.Default(&p, "MaxPayloadBytes", &out.MaxPayloadBytes, DefaultMaxPayloadBytes)
+	conf.Default(&p, "MaxMetadataBytes", &out.MaxMetadataBytes, DefaultMaxMetadataBytes)
 	if out.Clock == nil {
 		out.Clock = aggregate.SystemClock{}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return out, fmt.Errorf("outbox: invalid config: %w", err)
-	}
-	return out, nil
+	return out, p.Err(ErrInvalidConfig)
 }
 
 // Store reads and writes the outbox_events table. It is safe for concurrent
@@ -100,6 +86,9 @@ type Store struct {
 }
 
 // NewStore returns a store over db (PostgreSQL or SQLite). cfg may be nil.
+//
+// Errors: dialect.ErrUnsupported for another database, ErrInvalidConfig
+// naming each bad field.
 func NewStore(db *gorm.DB, cfg *Config) (*Store, error) {
 	d, err := dialect.Of(db)
 	if err != nil {

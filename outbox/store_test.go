@@ -364,13 +364,15 @@ func TestNewStoreConfig(t *testing.T) {
 	t.Run("negative MaxPayloadBytes", func(t *testing.T) {
 		t.Parallel()
 		s, err := outbox.NewStore(db, &outbox.Config{MaxPayloadBytes: -1})
-		require.Error(t, err)
+		require.ErrorIs(t, err, outbox.ErrInvalidConfig)
+		require.ErrorContains(t, err, "MaxPayloadBytes:")
 		assert.Nil(t, s)
 	})
 	t.Run("negative MaxMetadataBytes", func(t *testing.T) {
 		t.Parallel()
 		s, err := outbox.NewStore(db, &outbox.Config{MaxMetadataBytes: -1})
-		require.ErrorContains(t, err, "MaxMetadataBytes")
+		require.ErrorIs(t, err, outbox.ErrInvalidConfig)
+		require.ErrorContains(t, err, "MaxMetadataBytes:")
 		assert.Nil(t, s)
 	})
 	t.Run("nil db", func(t *testing.T) {

@@ -1,8 +1,6 @@
 package projector
 
 import (
-	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -10,56 +8,55 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/bentoevents/bento/internal/conf"
 	"github.com/bentoevents/bento/internal/instance"
 	"github.com/bentoevents/bento/tenant"
 )
 
-// Config configures an [OutboxProjector]. Start from [DefaultConfig] and
-// change what you need; New(store, pub, nil) uses DefaultConfig() as it is.
-//
-// Unlike most bento configs, a non-nil Config is taken as given: a zero
-// BatchSize, Lease or other number is rejected rather than replaced by a
-// default, so a relay whose setting went missing fails at startup instead of
-// running with a value nobody chose. Logger, Registerer, Tenant, WorkerID,
-// TracerProvider and Propagator are optional.
+// Config configures an [OutboxProjector]. A nil Config or a zero field
+// means the field's default; a negative MaxBatchBytes means no bound. Only
+// contradictory or impossible values (a negative count or duration, a
+// BackoffCeiling below BackoffFloor, a PublishTimeout not shorter than
+// Lease) are rejected, with [ErrInvalidConfig] naming the field.
 type Config struct {
-	// BatchSize is how many rows one claim takes. DefaultConfig: 500.
+	// BatchSize is how many rows one claim takes. Defaults to 500.
 	BatchSize int
 	// Concurrency is how many publishes may be in flight at once (across
 	// batches, counting publishes that timed out and have not returned).
 	// Publishers that wait for a broker confirm per message, such as
-	// watermill-amqp's, need it for throughput. DefaultConfig: 16.
+	// watermill-amqp's, need it for throughput. Defaults to 16.
 	Concurrency int
-	// MaxAttempts is how many failed publishes make an event dead.
-	// DefaultConfig: 20, which with the default backoff rides out about an
-	// hour of broker outage before events go dead.
+	// MaxAttempts is how many failed publishes make an event dead. With the
+	// default backoff, 20 attempts ride out about an hour of broker outage
+	// before events go dead. Defaults to 20.
 	MaxAttempts int
 	// BackoffFloor is the retry delay after the first failure; it doubles
 	// with each attempt, jittered to between half and all of its value.
-	// DefaultConfig: 1s.
+	// Defaults to 1s.
 	BackoffFloor time.Duration
-	// BackoffCeiling caps the retry delay. DefaultConfig: 5m.
+	// BackoffCeiling caps the retry delay; it must not be below
+	// BackoffFloor. Defaults to 5m.
 	BackoffCeiling time.Duration
 	// Lease is how long claimed rows stay reserved for this projector; if
 	// it crashes, other projectors take the rows over once the lease ends.
-	// DefaultConfig: 30s.
+	// Defaults to 30s.
 	Lease time.Duration
 	// PublishTimeout bounds how long a batch waits for its publishes; a
 	// publish still running then counts as failed (it may still reach the
-	// broker: at-least-once). Must be shorter than Lease. DefaultConfig: 10s.
+	// broker: at-least-once). It must be shorter than Lease. Defaults to
+	// 10s.
 	PublishTimeout time.Duration
 	// MaxBatchBytes bounds the payload and metadata bytes one claim takes,
 	// so a batch of large events cannot hold BatchSize times the largest
 	// payload in memory: a claim stops before the row that would pass it
-	// (a row larger than the budget goes out alone). Unlike the fields
-	// above, zero means the default. Defaults to DefaultMaxBatchBytes
-	// (64 MiB); a negative value means no bound.
+	// (a row larger than the budget goes out alone). A negative value
+	// means no bound. Defaults to DefaultMaxBatchBytes (64 MiB).
 	MaxBatchBytes int64
 	// BusySleep is the pause after a batch that was not full. A full batch
-	// is followed at once by the next claim. DefaultConfig: 10ms.
+	// is followed at once by the next claim. Defaults to 10ms.
 	BusySleep time.Duration
 	// IdleSleep is the polling interval when nothing is due; PostgreSQL
-	// notifications and Wake end it early. DefaultConfig: 2s.
+	// notifications and Wake end it early. Defaults to 2s.
 	IdleSleep time.Duration
 	// Tenant, when set, restricts the projector to one tenant's events.
 	// Defaults to all tenants.
@@ -101,76 +98,71 @@ func (c *Config) Copy() *Config {
 	return &cp
 }
 
-// DefaultConfig returns the defaults: batches of 500, 16 publishes in
-// flight, 20 attempts, backoff from 1s to 5m, a 30s lease with a 10s publish
-// timeout, a 64 MiB batch byte budget, 10ms busy and 2s idle sleep.
+// Defaults of [Config].
+const (
+	DefaultBatchSize      = 500
+	DefaultConcurrency    = 16
+	DefaultMaxAttempts    = 20
+	DefaultBackoffFloor   = time.Second
+	DefaultBackoffCeiling = 5 * time.Minute
+	DefaultLease          = 30 * time.Second
+	DefaultPublishTimeout = 10 * time.Second
+	DefaultBusySleep      = 10 * time.Millisecond
+	DefaultIdleSleep      = 2 * time.Second
+)
+
+// DefaultConfig returns a Config with every numeric default spelled out:
+// batches of 500, 16 publishes in flight, 20 attempts, backoff from 1s to
+// 5m, a 30s lease with a 10s publish timeout, a 64 MiB batch byte budget,
+// 10ms busy and 2s idle sleep. New(store, pub, nil) and a zero Config mean
+// the same; it is there to read or print the defaults.
 func DefaultConfig() *Config {
-	return &Config{
-		BatchSize:      500,
-		Concurrency:    16,
-		MaxAttempts:    20,
-		BackoffFloor:   time.Second,
-		BackoffCeiling: 5 * time.Minute,
-		Lease:          30 * time.Second,
-		PublishTimeout: 10 * time.Second,
-		MaxBatchBytes:  DefaultMaxBatchBytes,
-		BusySleep:      10 * time.Millisecond,
-		IdleSleep:      2 * time.Second,
-	}
+	c, _ := (*Config)(nil).withDefaults()
+	return &c
 }
 
-// validate checks c (nil means DefaultConfig) and fills the optional fields.
-func (c *Config) validate() (Config, error) {
-	if c == nil {
-		c = DefaultConfig()
-	}
-	out := *c
-	var errs []error
-	atLeastOne := func(name string, v int) {
-		if v < 1 {
-			errs = append(errs, fmt.Errorf("%s: %d, must be at least 1", name, v))
-		}
-	}
-	atLeastOne("BatchSize", out.BatchSize)
-	atLeastOne("Concurrency", out.Concurrency)
-	atLeastOne("MaxAttempts", out.MaxAttempts)
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"BackoffFloor", out.BackoffFloor}, {"BackoffCeiling", out.BackoffCeiling}, {"Lease", out.Lease},
-		{"PublishTimeout", out.PublishTimeout}, {"BusySleep", out.BusySleep}, {"IdleSleep", out.IdleSleep}} {
-		if d.v <= 0 {
-			errs = append(errs, fmt.Errorf("%s: %v, must be positive", d.name, d.v))
-		}
-	}
-	switch {
-	case out.MaxBatchBytes == 0:
-		out.MaxBatchBytes = DefaultMaxBatchBytes
-	case out.MaxBatchBytes < 0:
-		out.MaxBatchBytes = 0 // the claim's "no bound"
-	}
+// withDefaults returns a copy of c (nil means a zero Config) whose zero
+// numbers are set to their defaults; it names every field that is
+// impossible or contradicts another.
+func (c *Config) withDefaults() (Config, error) {
+	out := conf.Value(c)
+	var p conf.Problems
+	conf.Default(&p, "BatchSize", &out.BatchSize, DefaultBatchSize)
+	conf.Default(&p, "Concurrency", &out.Concurrency, DefaultConcurrency)
+	conf.Default(&p, "MaxAttempts", &out.MaxAttempts, DefaultMaxAttempts)
+	conf.Default(&p, "BackoffFloor", &out.BackoffFloor, DefaultBackoffFloor)
+	conf.Default(&p, "BackoffCeiling", &out.BackoffCeiling, DefaultBackoffCeiling)
+	conf.Default(&p, "Lease", &out.Lease, DefaultLease)
+	conf.Default(&p, "PublishTimeout", &out.PublishTimeout, DefaultPublishTimeout)
+	conf.Default(&p, "BusySleep", &out.BusySleep, DefaultBusySleep)
+	conf.Default(&p, "IdleSleep", &out.IdleSleep, DefaultIdleSleep)
+	conf.OrDefault(&out.MaxBatchBytes, DefaultMaxBatchBytes)
 	if out.BackoffCeiling < out.BackoffFloor {
-		errs = append(errs, fmt.Errorf("BackoffCeiling: %v is below BackoffFloor %v", out.BackoffCeiling, out.BackoffFloor))
+		p.Addf("BackoffCeiling", "%v is below BackoffFloor %v", out.BackoffCeiling, out.BackoffFloor)
 	}
 	if out.PublishTimeout >= out.Lease && out.Lease > 0 {
-		errs = append(errs, fmt.Errorf("PublishTimeout: %v must be shorter than Lease %v", out.PublishTimeout, out.Lease))
+		p.Addf("PublishTimeout", "%v must be shorter than Lease %v", out.PublishTimeout, out.Lease)
 	}
 	if out.Tenant != "" {
 		if err := tenant.Validate(out.Tenant); err != nil {
-			errs = append(errs, fmt.Errorf("Tenant: %w", err))
+			p.Add("Tenant", err)
 		}
 	}
 	if len(out.WorkerID) > 128 {
-		errs = append(errs, fmt.Errorf("WorkerID: longer than 128 characters"))
+		p.Addf("WorkerID", "longer than 128 characters")
 	}
+	return out, p.Err(ErrInvalidConfig)
+}
+
+// validate checks c (nil means a zero Config) and fills every default,
+// WorkerID and Logger included.
+func (c *Config) validate() (Config, error) {
+	out, err := c.withDefaults()
 	if out.WorkerID == "" {
 		out.WorkerID = instance.ID()
 	}
 	if out.Logger == nil {
 		out.Logger = slog.Default()
 	}
-	if err := errors.Join(errs...); err != nil {
-		return out, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	return out, nil
+	return out, err
 }

@@ -48,7 +48,7 @@ type OutboxProjector struct {
 }
 
 // New returns a projector that relays the rows of store through pub. cfg
-// may be nil for DefaultConfig().
+// may be nil: nil and zero fields mean the defaults.
 //
 // Errors: ErrInvalidConfig (naming each bad field), or an error registering
 // metrics.
@@ -346,7 +346,7 @@ const settleTimeout = 10 * time.Second
 func (p *OutboxProjector) batch(ctx context.Context) (r Result, more bool, err error) {
 	rows, err := p.store.Claim(ctx, outbox.ClaimOpts{
 		Worker: p.cfg.WorkerID, Limit: p.cfg.BatchSize, Lease: p.cfg.Lease, Tenant: p.cfg.Tenant,
-		MaxBytes: p.cfg.MaxBatchBytes,
+		MaxBytes: max(p.cfg.MaxBatchBytes, 0), // negative: no bound
 	})
 	if err != nil {
 		return r, false, err

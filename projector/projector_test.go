@@ -216,30 +216,54 @@ func assertFirstDeliveriesInOrder(t *testing.T, ds []delivery) {
 	}
 }
 
-func TestBadConfigIsRejected(t *testing.T) {
+// TestConfigDefaults checks the config convention: nil and a zero Config
+// both take the documented defaults, a negative MaxBatchBytes means no
+// bound, and impossible or contradictory values fail with ErrInvalidConfig
+// naming each field.
+func TestConfigDefaults(t *testing.T) {
 	t.Parallel()
 	db := testenv.SQLite(t)
 	e := setup(t, db)
-	cfg := projector.DefaultConfig()
-	cfg.BatchSize = 0
-	cfg.Lease = -time.Second
-	cfg.BackoffCeiling = time.Millisecond
-	cfg.Tenant = "no spaces"
-	_, err := projector.New(e.store, &recorder{}, cfg)
+	for name, cfg := range map[string]*projector.Config{"nil": nil, "zero": {}} {
+		p, err := projector.New(e.store, &recorder{}, cfg)
+		require.NoError(t, err, name)
+		c := p.Config()
+		assert.Equal(t, 500, c.BatchSize, name)
+		assert.Equal(t, 16, c.Concurrency, name)
+		assert.Equal(t, 20, c.MaxAttempts, name)
+		assert.Equal(t, time.Second, c.BackoffFloor, name)
+		assert.Equal(t, 5*time.Minute, c.BackoffCeiling, name)
+		assert.Equal(t, 30*time.Second, c.Lease, name)
+		assert.Equal(t, 10*time.Second, c.PublishTimeout, name)
+		assert.Equal(t, int64(64<<20), c.MaxBatchBytes, name)
+		assert.Equal(t, 10*time.Millisecond, c.BusySleep, name)
+		assert.Equal(t, 2*time.Second, c.IdleSleep, name)
+		assert.NotEmpty(t, p.WorkerID(), name)
+		c.WorkerID, c.Logger = "", nil
+		assert.Equal(t, *projector.DefaultConfig(), c, "DefaultConfig spells out the defaults")
+	}
+
+	p, err := projector.New(e.store, &recorder{}, &projector.Config{MaxBatchBytes: -1, Lease: time.Minute})
+	require.NoError(t, err)
+	assert.Equal(t, int64(-1), p.Config().MaxBatchBytes, "negative: no bound")
+	assert.Equal(t, time.Minute, p.Config().Lease)
+	assert.Equal(t, 500, p.Config().BatchSize, "the other fields keep their defaults")
+
+	_, err = projector.New(e.store, &recorder{}, &projector.Config{
+		BatchSize: -1, Lease: -time.Second, BackoffFloor: time.Minute, BackoffCeiling: time.Second, Tenant: "no spaces",
+	})
 	require.ErrorIs(t, err, projector.ErrInvalidConfig)
 	for _, field := range []string{"BatchSize", "Lease", "BackoffCeiling", "Tenant"} {
-		assert.Contains(t, err.Error(), field)
+		assert.Contains(t, err.Error(), field+":")
 	}
+	_, err = projector.New(e.store, &recorder{}, &projector.Config{Lease: 5 * time.Second})
+	require.ErrorIs(t, err, projector.ErrInvalidConfig, "the default PublishTimeout is not shorter than this Lease")
+	assert.Contains(t, err.Error(), "PublishTimeout:")
+
 	_, err = projector.New(e.store, nil, nil)
 	require.ErrorIs(t, err, projector.ErrInvalidConfig)
 	_, err = projector.New(nil, &recorder{}, nil)
 	require.ErrorIs(t, err, projector.ErrInvalidConfig)
-
-	p, err := projector.New(e.store, &recorder{}, nil)
-	require.NoError(t, err)
-	assert.Equal(t, projector.DefaultConfig().BatchSize, p.Config().BatchSize, "nil config is DefaultConfig")
-	assert.Equal(t, 500, p.Config().BatchSize)
-	assert.NotEmpty(t, p.WorkerID())
 }
 
 // counterSum adds up every series of the counter name.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -159,16 +160,31 @@ func TestClosedDatabase(t *testing.T) {
 
 		err = e.units.Run(ctx, func(ctx context.Context, u *uow.UnitOfWork) error { return u.Track(a) })
 		require.ErrorIs(t, err, uow.ErrClosed)
+		require.ErrorIs(t, err, outbox.ErrClosed, "one closed-database error across packages")
 		assert.Contains(t, err.Error(), "database is closed")
 		assert.Len(t, a.PendingEvents(), 1)
 	})
 }
 
+// TestConfigValidation checks the config convention: nil and a zero
+// Config take the documented defaults, and bad values fail with
+// ErrInvalidConfig naming every field.
 func TestConfigValidation(t *testing.T) {
 	db := testenv.SQLite(t)
+	for name, cfg := range map[string]*uow.Config{"nil": nil, "zero": {}} {
+		m, err := uow.New(db, cfg)
+		require.NoError(t, err, name)
+		c := m.Config()
+		assert.Equal(t, tenant.Default, c.Tenant, name)
+		assert.Equal(t, 4, c.MaxAttempts, name)
+		assert.Equal(t, 2*time.Millisecond, c.RetryDelay, name)
+		assert.NotNil(t, c.Outbox, name)
+	}
+
 	_, err := uow.New(db, &uow.Config{Tenant: "bad tenant", MaxAttempts: -1, RetryDelay: -1})
+	require.ErrorIs(t, err, uow.ErrInvalidConfig)
 	require.ErrorIs(t, err, tenant.ErrInvalid)
-	for _, field := range []string{"Tenant", "MaxAttempts", "RetryDelay"} {
+	for _, field := range []string{"Tenant:", "MaxAttempts:", "RetryDelay:"} {
 		assert.Contains(t, err.Error(), field, "the error names every bad field")
 	}
 	_, err = uow.New(nil, nil)

@@ -9,6 +9,9 @@ import (
 )
 
 var (
+	// ErrInvalidConfig is returned by New for a bad configuration; the
+	// message names every bad field.
+	ErrInvalidConfig = errors.New("uow: invalid config")
 	// ErrConcurrencyConflict is returned when an aggregate changed (or was
 	// created) in the database since it was loaded. Nothing was written;
 	// reload and try again, or let Manager.Run do it.
@@ -21,8 +24,9 @@ var (
 	// ErrDone is returned when a unit that was already committed or rolled
 	// back is used again.
 	ErrDone = errors.New("uow: unit of work already committed or rolled back")
-	// ErrClosed is returned when the database handle has been closed.
-	ErrClosed = errors.New("uow: database is closed")
+	// ErrClosed is outbox.ErrClosed, for callers that only import uow: the
+	// database handle has been closed.
+	ErrClosed = outbox.ErrClosed
 
 	// ErrInvalidEvent is outbox.ErrInvalidEvent, for callers that only
 	// import uow: an event with a malformed type name or a payload that does
@@ -38,11 +42,9 @@ var (
 // and ErrConcurrencyConflict for a serialization failure.
 func wrapDB(op string, err error) error {
 	switch {
-	case dberr.IsClosed(err):
-		return fmt.Errorf("uow: %s: %w: %w", op, ErrClosed, err)
-	case dberr.IsSerializationFailure(err):
+	case !dberr.IsClosed(err) && dberr.IsSerializationFailure(err):
 		return fmt.Errorf("uow: %s: %w: %w", op, ErrConcurrencyConflict, err)
 	default:
-		return fmt.Errorf("uow: %s: %w", op, err)
+		return dberr.Wrap("uow: "+op, err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/aggregate"
+	"github.com/bentoevents/bento/internal/conf"
 	"github.com/bentoevents/bento/internal/dialect"
 	"github.com/bentoevents/bento/internal/promreg"
 	"github.com/bentoevents/bento/internal/tracing"
@@ -21,16 +22,26 @@ import (
 	"github.com/bentoevents/bento/tenant"
 )
 
-// Config configures a [Manager]. The zero value (or nil) means defaults.
+// Defaults of [Config].
+const (
+	DefaultMaxAttempts = 4
+	DefaultRetryDelay  = 2 * time.Millisecond
+)
+
+// Config configures a [Manager]. A nil Config or a zero field means the
+// field's default; a negative MaxAttempts or RetryDelay and a malformed
+// Tenant are rejected with [ErrInvalidConfig].
 type Config struct {
 	// Tenant is the tenant of units whose context and options name none.
 	// Defaults to "default".
 	Tenant string
 	// MaxAttempts is how many times Run calls its function when commits fail
-	// with ErrConcurrencyConflict (1 means no retry). Defaults to 4.
+	// with ErrConcurrencyConflict (1 means no retry). Defaults to
+	// DefaultMaxAttempts (4).
 	MaxAttempts int
 	// RetryDelay is the pause before Run's first retry; it doubles on each
-	// further retry and is jittered by up to 100%. Defaults to 2ms.
+	// further retry and is jittered by up to 100%. Defaults to
+	// DefaultRetryDelay (2ms).
 	RetryDelay time.Duration
 	// Outbox is the store events are written with; its Clock gives each
 	// event its id and occurred-at time when a unit writes it. Defaults to
@@ -82,6 +93,9 @@ type Manager struct {
 
 // New returns a Manager over db, a PostgreSQL or SQLite *gorm.DB whose outbox
 // tables exist (see outbox.Migrate). cfg may be nil.
+//
+// Errors: dialect.ErrUnsupported for another database, ErrInvalidConfig
+// naming each bad field (wrapping tenant.ErrInvalid for a bad Tenant).
 func New(db *gorm.DB, cfg *Config) (*Manager, error) {
 	d, err := dialect.Of(db)
 	if err != nil {
@@ -91,29 +105,19 @@ func New(db *gorm.DB, cfg *Config) (*Manager, error) {
 	if cfg != nil {
 		c = *cfg
 	}
-	var errs []error
+	var p conf.Problems
 	if c.Tenant != "" {
 		if err := tenant.Validate(c.Tenant); err != nil {
-			errs = append(errs, fmt.Errorf("Tenant: %w", err))
+			p.Add("Tenant", err)
 		}
 	}
-	if c.MaxAttempts < 0 {
-		errs = append(errs, fmt.Errorf("MaxAttempts: %d is negative", c.MaxAttempts))
-	}
-	if c.RetryDelay < 0 {
-		errs = append(errs, fmt.Errorf("RetryDelay: %v is negative", c.RetryDelay))
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("uow: invalid config: %w", err)
+	conf.Default(&p, "MaxAttempts", &c.MaxAttempts, DefaultMaxAttempts)
+	conf.Default(&p, "RetryDelay", &c.RetryDelay, DefaultRetryDelay)
+	if err := p.Err(ErrInvalidConfig); err != nil {
+		return nil, err
 	}
 	if c.Tenant == "" {
 		c.Tenant = tenant.Default
-	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = 4
-	}
-	if c.RetryDelay == 0 {
-		c.RetryDelay = 2 * time.Millisecond
 	}
 	if c.Outbox == nil {
 		if c.Outbox, err = outbox.NewStore(db, nil); err != nil {
@@ -132,6 +136,9 @@ func New(db *gorm.DB, cfg *Config) (*Manager, error) {
 	}
 	return m, nil
 }
+
+// Config returns the manager's configuration with defaults filled in.
+func (m *Manager) Config() Config { return m.cfg }
 
 // DB returns the database the manager was created with.
 func (m *Manager) DB() *gorm.DB { return m.db }

@@ -50,7 +50,7 @@ func TestConsumerDeadLettersThroughTheBinary(t *testing.T) {
 	ex.Partitioned(group, 2)
 	amqpCfg := &messaging.AMQPConfig{URL: ex.URL, Exchange: ex.Name}
 	cfg := consumer.DefaultConfig(group)
-	cfg.Partitions, cfg.HoldBack = 2, false
+	cfg.Partitions, cfg.DisableHoldBack = 2, true
 	c, err := consumer.NewAMQP(ctx, db, amqpCfg, cfg)
 	require.NoError(t, err)
 	var fixed atomic.Bool

@@ -64,7 +64,7 @@ func (c *cli) unroutable(ctx context.Context, args []string) error {
 	for _, m := range parked {
 		byType[m.Metadata.Get(messaging.MetaEventType)]++
 	}
-	what := "events parked in " + messaging.UnroutableQueue(cfg.Exchange)
+	what := "events parked in " + messaging.UnroutableQueue(cfg.ExchangeName())
 	if len(types) > 0 {
 		what += " of type " + strings.Join(types, ", ")
 	}

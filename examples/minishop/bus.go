@@ -63,7 +63,7 @@ func openAMQP(ctx context.Context, log *slog.Logger, amqpURL string) (*bus, erro
 	}
 	cfg := &messaging.AMQPConfig{URL: amqpURL, Exchange: exchange, Logger: log}
 	for group, topics := range groupBindings {
-		spec := consumer.PartitionSpec(exchange, consumer.DefaultConfig(group))
+		spec := consumer.PartitionSpec(exchange, &consumer.Config{Group: group})
 		spec.Patterns = topics
 		if err := messaging.DeclarePartitions(ctx, cfg, spec); err != nil {
 			return nil, err

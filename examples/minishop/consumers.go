@@ -33,15 +33,16 @@ type Notification struct {
 }
 
 func (a *App) consumerConfig(group string) *consumer.Config {
-	cfg := consumer.DefaultConfig(group)
-	cfg.MaxRetries = 10 // optimistic conflicts on hot skus are retried here
-	// Partitioned (the default): each order's events reach a group in
-	// version order, so the watermark also skips duplicates of events
-	// whose inbox records were purged.
-	cfg.Versions = inbox.VersionsIncreasing
-	cfg.Logger = a.log
-	cfg.Registerer = a.metrics
-	return cfg
+	return &consumer.Config{
+		Group:      group,
+		MaxRetries: 10, // optimistic conflicts on hot skus are retried here
+		// Partitioned (the default): each order's events reach a group in
+		// version order, so the watermark also skips duplicates of events
+		// whose inbox records were purged.
+		Versions:   inbox.VersionsIncreasing,
+		Logger:     a.log,
+		Registerer: a.metrics,
+	}
 }
 
 // inventoryConsumer reserves stock on order.placed and releases it on

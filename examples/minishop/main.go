@@ -130,13 +130,10 @@ func describe(dbURL, amqpURL, path string) string {
 // serve runs mode until ctx ends.
 func serve(ctx context.Context, log *slog.Logger, mode, addr, dbURL, amqpURL, path string) error {
 	reg := newRegistry()
-	pcfg := projector.DefaultConfig()
-	pcfg.Logger = log
-	pcfg.Registerer = reg
 	cfg := &embedded.Config{
 		Path:      path,
 		Units:     &uow.Config{Producer: "minishop", Registerer: reg},
-		Projector: pcfg,
+		Projector: &projector.Config{Logger: log, Registerer: reg},
 	}
 	if dbURL != "" {
 		db, err := gorm.Open(postgres.Open(dbURL), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})

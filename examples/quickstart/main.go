@@ -169,7 +169,7 @@ func openBus(ctx context.Context, cfg config, topics ...string) (*bus, func(), e
 		}}, func() { _ = mem.Close() }, nil
 	}
 	amqpCfg := &messaging.AMQPConfig{URL: cfg.AMQPURL, Exchange: cfg.Exchange, Logger: cfg.Log}
-	spec := consumer.PartitionSpec(cfg.Exchange, consumer.DefaultConfig(cfg.Group))
+	spec := consumer.PartitionSpec(cfg.Exchange, &consumer.Config{Group: cfg.Group})
 	spec.Patterns = topics
 	if err := messaging.DeclarePartitions(ctx, amqpCfg, spec); err != nil {
 		return nil, nil, err
@@ -222,9 +222,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		return fmt.Errorf("open bus: %w", err)
 	}
 	defer closeBus()
-	pcfg := projector.DefaultConfig()
-	pcfg.BackoffFloor = 500 * time.Millisecond
-	pcfg.Logger = cfg.Log
+	pcfg := &projector.Config{BackoffFloor: 500 * time.Millisecond, Logger: cfg.Log}
 	stack, err := embedded.Open(ctx, &embedded.Config{
 		DB:        db,
 		Publisher: &breakable{Publisher: b.pub, until: time.Now().Add(cfg.BreakFor)},
@@ -241,9 +239,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 
 	// 2. The consumer: it applies each event once, in one transaction with
 	// its inbox record.
-	ccfg := consumer.DefaultConfig(cfg.Group)
-	ccfg.Logger = cfg.Log
-	c, err := b.newConsumer(db, ccfg)
+	c, err := b.newConsumer(db, &consumer.Config{Group: cfg.Group, Logger: cfg.Log})
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,7 @@
 //	cfg := redisbus.Config{Addr: "127.0.0.1:6379"}
 //	pub, err := redisbus.NewPublisher(cfg)
 //	relay, err := projector.New(store, pub, nil)
-//	c, err := redisbus.NewConsumer(db, cfg, consumer.DefaultConfig("billing"))
+//	c, err := redisbus.NewConsumer(db, cfg, &consumer.Config{Group: "billing"})
 //	err = consumer.Handle(c, onOrderPaid)
 //	err = c.Run(ctx)
 //

@@ -200,16 +200,18 @@ func (p *publisher) Close() error {
 // NewPublisher. The dead-letter publisher is closed when the consumer's Run
 // returns. db needs the inbox and outbox tables (inbox.Migrate,
 // outbox.Migrate). This bus has no partitions: the consumer runs without
-// them whatever ccfg.Partitions says, with ccfg.Concurrency competing
-// readers and no order across them.
+// them whatever ccfg.Partitions, ccfg.PartitionConcurrency and
+// ccfg.BatchSize say, with ccfg.Subscriptions competing readers and no
+// order across them. ccfg's zero fields take their defaults; it needs a
+// Group.
 //
 // Errors: ErrInvalidConfig, consumer.ErrInvalidConfig.
 func NewConsumer(db *gorm.DB, cfg Config, ccfg *consumer.Config) (*consumer.Consumer, error) {
-	if ccfg == nil {
-		return nil, fmt.Errorf("%w: nil consumer config (use consumer.DefaultConfig)", consumer.ErrInvalidConfig)
+	var unpartitioned consumer.Config
+	if ccfg != nil {
+		unpartitioned = *ccfg
 	}
-	unpartitioned := *ccfg
-	unpartitioned.Partitions = 0
+	unpartitioned.Partitions, unpartitioned.PartitionConcurrency, unpartitioned.BatchSize = -1, 0, 0
 	ccfg = &unpartitioned
 	c, err := cfg.resolve()
 	if err != nil {

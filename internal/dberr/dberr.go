@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -27,6 +28,20 @@ type nopConnector struct{}
 
 func (nopConnector) Connect(context.Context) (driver.Conn, error) { return nil, driver.ErrBadConn }
 func (nopConnector) Driver() driver.Driver                        { return nil }
+
+// ErrClosed is the one error bento returns (wrapped) for a database handle
+// that has been closed; outbox, uow, inbox and idempotency export it as
+// their ErrClosed.
+var ErrClosed = errors.New("bento: database is closed")
+
+// Wrap wraps err with op ("inbox: read"), adding ErrClosed when err says the
+// *sql.DB has been closed.
+func Wrap(op string, err error) error {
+	if IsClosed(err) {
+		return fmt.Errorf("%s: %w: %w", op, ErrClosed, err)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
 
 // IsClosed reports whether err says the *sql.DB has been closed.
 func IsClosed(err error) bool {
