@@ -15,6 +15,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/bentoevents/bento/internal/clip"
 )
 
 // ErrInvalidConfig is wrapped by every problem [AMQPConfig] validation finds.
@@ -93,7 +95,7 @@ func (c *AMQPConfig) validate() error {
 	if c.Exchange == "" {
 		bad("Exchange", "is required (DefaultExchange is \""+DefaultExchange+"\")")
 	} else if r := checkName(c.Exchange); r != "" {
-		bad("Exchange", fmt.Sprintf("%q %s", clip(c.Exchange), r))
+		bad("Exchange", fmt.Sprintf("%q %s", clip.String(c.Exchange), r))
 	}
 	if c.ChannelPoolSize < 0 {
 		bad("ChannelPoolSize", fmt.Sprintf("%d is negative", c.ChannelPoolSize))

@@ -10,6 +10,8 @@ import (
 	"sync"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/bentoevents/bento/internal/clip"
 )
 
 var (
@@ -462,7 +464,7 @@ type queueSubscriber struct {
 
 func (s *queueSubscriber) Subscribe(ctx context.Context, queue string) (<-chan *message.Message, error) {
 	if !s.bus.declared(queue) {
-		return nil, fmt.Errorf("subscribe: %w: queue %q is not declared", ErrInvalidName, clip(queue))
+		return nil, fmt.Errorf("subscribe: %w: queue %q is not declared", ErrInvalidName, clip.String(queue))
 	}
 	sub := s.bus.Subscriber(queue).(*memSubscriber)
 	sub.prefetch = s.prefetch

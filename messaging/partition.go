@@ -11,6 +11,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/bentoevents/bento/internal/clip"
 )
 
 // ErrHashExchangeMissing is returned when RabbitMQ does not know the
@@ -145,7 +147,7 @@ func (s *PartitionSpec) validate(exchange string) error {
 	if exchange != "" && s.Group != "" {
 		if name := hashExchange(exchange, s.Group); len(name) > maxRoutingKeyLen {
 			errs = append(errs, fmt.Errorf("%w: exchange %q and group %q make a hash exchange name longer than %d bytes",
-				ErrInvalidName, clip(exchange), clip(s.Group), maxRoutingKeyLen))
+				ErrInvalidName, clip.String(exchange), clip.String(s.Group), maxRoutingKeyLen))
 		}
 	}
 	return errors.Join(errs...)
