@@ -13,6 +13,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/bentoevents/bento/internal/clip"
+	"github.com/bentoevents/bento/internal/closing"
 )
 
 // ErrHashExchangeMissing is returned when RabbitMQ does not know the
@@ -278,10 +279,9 @@ type partitionSubscriber struct {
 	args     amqp.Table
 	prefetch int
 
-	mu     sync.Mutex
-	conn   *amqp.Connection
-	closed bool
-	wg     sync.WaitGroup
+	mu   closing.Guard // guards conn too
+	conn *amqp.Connection
+	wg   sync.WaitGroup
 }
 
 // channel opens a channel on the subscriber's connection, dialing it if
@@ -289,7 +289,7 @@ type partitionSubscriber struct {
 func (s *partitionSubscriber) channel(ctx context.Context) (*amqp.Channel, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if s.mu.Closed() {
 		return nil, ErrClosed
 	}
 	if s.conn == nil || s.conn.IsClosed() {
@@ -443,10 +443,8 @@ func isAcked(msg *message.Message) bool {
 // Close closes the connection, which ends every subscription, and waits
 // for them.
 func (s *partitionSubscriber) Close() error {
-	s.mu.Lock()
-	s.closed = true
-	conn := s.conn
-	s.mu.Unlock()
+	var conn *amqp.Connection
+	_ = s.mu.Close(func() error { conn = s.conn; return nil })
 	if conn != nil {
 		_ = conn.Close()
 	}
