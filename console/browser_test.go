@@ -2,8 +2,6 @@ package console_test
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,7 +9,6 @@ import (
 	"regexp"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,14 +19,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
-	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/console"
 	"github.com/bentoevents/bento/consumer"
-	"github.com/bentoevents/bento/inbox"
+	"github.com/bentoevents/bento/internal/deadfixture"
 	"github.com/bentoevents/bento/internal/testenv"
-	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
-	"github.com/bentoevents/bento/uow"
 )
 
 // These tests drive the console in a real headless Chromium. They skip when
@@ -375,18 +369,6 @@ func TestBrowserReadOnlyHasNoButtons(t *testing.T) {
 	})
 }
 
-// skuOrdered is the event of the consumer dead-letter browser test.
-type skuOrdered struct {
-	SKU string `json:"sku"`
-}
-
-func (skuOrdered) EventType() string { return "sku.ordered" }
-
-// consumerApplied is what that test's consumer writes per applied event.
-type consumerApplied struct {
-	MessageID string `gorm:"primaryKey"`
-}
-
 // TestBrowserConsumerDeadLetters: a consumer group's handler fails for good
 // on two events, which land in its dead letters. In Chromium the operator
 // finds the group and its dead letters with their cause, opens one (its
@@ -397,42 +379,8 @@ func TestBrowserConsumerDeadLetters(t *testing.T) {
 	t.Parallel()
 	db, _ := testenv.Postgres(t)
 	ctx := context.Background()
-	require.NoError(t, inbox.Migrate(ctx, db))
-	require.NoError(t, db.AutoMigrate(&consumerApplied{}))
-	ex := testenv.NewExchange(t)
-	group := "ui" + strings.ToLower(aggregate.NewID()[18:])
-	ex.Queues(consumer.DeadLetterQueue(group))
-	ex.Partitioned(group, 2)
-	amqpCfg := &messaging.AMQPConfig{URL: ex.URL, Exchange: ex.Name}
-	ccfg := consumer.DefaultConfig(group)
-	ccfg.Partitions, ccfg.DisableHoldBack = 2, true
-	c, err := consumer.NewAMQP(ctx, db, amqpCfg, ccfg)
-	require.NoError(t, err)
-	var fixed atomic.Bool
-	require.NoError(t, consumer.Handle(c, func(ctx context.Context, e skuOrdered, env *messaging.Envelope) error {
-		if !fixed.Load() {
-			return consumer.Permanent(errors.New("unknown sku " + e.SKU))
-		}
-		return uow.DB(ctx, nil).Create(&consumerApplied{MessageID: env.ID}).Error
-	}))
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- c.Run(runCtx) }()
-	t.Cleanup(func() { stop(); <-done })
-	<-c.Running()
-	pub, err := messaging.NewAMQPPublisher(amqpCfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = pub.Close() })
-	var ids []string
-	for i, sku := range []string{"kiwi", "fig"} {
-		body, _ := json.Marshal(skuOrdered{SKU: sku})
-		m, err := messaging.NewMessage(&outbox.Message{ID: aggregate.NewID(), TenantID: "default", Topic: "sku.ordered",
-			AggregateType: "sku", AggregateID: sku, AggregateVersion: int64(i + 1), SchemaVersion: 1, Payload: body,
-			OccurredAt: time.Now().UTC()})
-		require.NoError(t, err)
-		require.NoError(t, pub.Publish("sku.ordered", m))
-		ids = append(ids, m.UUID)
-	}
+	f := deadfixture.Start(t, db, testenv.NewExchange(t), "ui")
+	group, ids, amqpCfg := f.Group, f.IDs, f.AMQP
 	require.Eventually(t, func() bool {
 		dead, err := consumer.ListDeadLetters(ctx, amqpCfg, group, consumer.DeadFilter{}, 10)
 		return err == nil && len(dead) == 2
@@ -451,14 +399,10 @@ func TestBrowserConsumerDeadLetters(t *testing.T) {
 	assert.Contains(t, text(t, tab, "payload-hidden"), "hidden")
 	assert.NotContains(t, eval[string](t, tab, `document.body.innerText`), `"sku"`, "no payload on the page")
 
-	fixed.Store(true)
+	f.Fix()
 	step(t, tab, "replay it", chromedp.Click(chromedp.CSS(`button[data-action="replay"]`)), chromedp.WaitVisible(chromedp.ID("flash")))
 	assert.Contains(t, text(t, tab, "flash"), "Replayed 1")
-	countApplied := func() int64 {
-		var n int64
-		require.NoError(t, db.Model(&consumerApplied{}).Count(&n).Error)
-		return n
-	}
+	countApplied := func() int64 { return f.Applied(t) }
 	require.Eventually(t, func() bool { return countApplied() == 1 }, 20*time.Second, 50*time.Millisecond, "the replay applied")
 
 	step(t, tab, "open the other", chromedp.Click(chromedp.CSS(fmt.Sprintf(`tr[data-id=%q] a`, ids[1]))),

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bentoevents/bento/consumer"
+	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
 )
 
@@ -40,7 +41,7 @@ func (s *holdSuite) waitCommitted(t *testing.T, aggs []int, n int64) {
 	for i, a := range aggs {
 		names[i] = fmt.Sprintf("a%03d", a)
 	}
-	waitFor(t, 30*time.Second, "every event committed", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "every event committed", func() bool {
 		var c int64
 		require.NoError(t, s.db.Model(&Applied{}).Where("aggregate_id IN ?", names).Count(&c).Error)
 		return c >= int64(len(aggs))*n
@@ -124,7 +125,7 @@ func TestPoisonInABatchAffectsOnlyItself(t *testing.T) {
 		dead := s.deadLetters(t, s.group, 1)
 		assert.Equal(t, map[string]string{"a000-005": consumer.CausePermanent}, causes(dead))
 		assert.Equal(t, []int64{1, 2, 3, 4}, s.applied(t, "a000"))
-		waitFor(t, 10*time.Second, "the later events parked", func() bool { return len(s.parked(t)) == versions-5 })
+		testenv.WaitFor(t, 10*time.Second, "the later events parked", func() bool { return len(s.parked(t)) == versions-5 })
 		_, sum := s.batches(t)
 		assert.Greater(t, sum, float64(0), "batches applied")
 	})

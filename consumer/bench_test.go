@@ -110,7 +110,7 @@ func partitionedRun(b *testing.B, queue messaging.QueueType, instances, concurre
 		}))
 		go func() { done <- c.Run(runCtx) }()
 	}
-	waitFor(b, 5*time.Minute, "every message applied", func() bool {
+	testenv.WaitFor(b, 5*time.Minute, "every message applied", func() bool {
 		var n int64
 		require.NoError(b, db.Raw(`SELECT count(*) FROM inbox_messages WHERE consumer = ?`, group).Scan(&n).Error)
 		return n == int64(messages)
@@ -205,7 +205,7 @@ func latencyRun(b *testing.B, rate, size int, wait time.Duration) []time.Duratio
 		m.Metadata.Set("sent_at", time.Now().UTC().Format(time.RFC3339Nano))
 		require.NoError(b, pub.Publish(Step{}.EventType(), m))
 	}
-	waitFor(b, time.Minute, "every event handled", func() bool {
+	testenv.WaitFor(b, time.Minute, "every event handled", func() bool {
 		var n int64
 		require.NoError(b, db.Model(&Effect{}).Count(&n).Error)
 		return n == int64(events)

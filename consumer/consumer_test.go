@@ -19,6 +19,7 @@ import (
 	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/inbox"
+	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
 	"github.com/bentoevents/bento/uow"
@@ -135,7 +136,7 @@ func TestConsumerAppliesDuplicatesOnce(t *testing.T) {
 		// Both counters: once (under the full suite's load, on SQLite) the
 		// last duplicate was counted a moment before the last original's
 		// effect could be read.
-		waitFor(t, 30*time.Second, "every message applied and every duplicate acknowledged", func() bool {
+		testenv.WaitFor(t, 30*time.Second, "every message applied and every duplicate acknowledged", func() bool {
 			return s.counter(t, "bento_inbox_processed_total") == 20 &&
 				s.counter(t, "bento_inbox_duplicates_total") == 20
 		})
@@ -187,7 +188,7 @@ func TestConsumerConcurrency(t *testing.T) {
 		for i := range 2 * n {
 			s.publish(t, "order.placed", eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: fmt.Sprint(i), SKU: "apple", Qty: 1}, nil))
 		}
-		waitFor(t, 30*time.Second, "every message applied", func() bool { return s.effects(t) == 2*n })
+		testenv.WaitFor(t, 30*time.Second, "every message applied", func() bool { return s.effects(t) == 2*n })
 		if overlap {
 			assert.EqualValues(t, n, peak.Load(), "messages handled at once")
 		}
@@ -214,7 +215,7 @@ func TestConsumerRetriesThenApplies(t *testing.T) {
 		}))
 		run(t, c)
 		s.publish(t, "order.placed", eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: "o-1"}, nil))
-		waitFor(t, 20*time.Second, "the third attempt", func() bool { return s.counter(t, "bento_inbox_processed_total") == 1 })
+		testenv.WaitFor(t, 20*time.Second, "the third attempt", func() bool { return s.counter(t, "bento_inbox_processed_total") == 1 })
 		assert.EqualValues(t, 3, calls.Load())
 		assert.Equal(t, int64(1), s.effects(t))
 		var records int64
@@ -260,7 +261,7 @@ func TestConsumerChainsEventsAtomically(t *testing.T) {
 		placed := eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: "o-1", SKU: "apple", Qty: 3},
 			map[string]string{outbox.MetaCorrelationID: "checkout-7"})
 		s.publish(t, "order.placed", placed)
-		waitFor(t, 20*time.Second, "the retried attempt", func() bool { return s.counter(t, "bento_inbox_processed_total") == 1 })
+		testenv.WaitFor(t, 20*time.Second, "the retried attempt", func() bool { return s.counter(t, "bento_inbox_processed_total") == 1 })
 
 		assert.EqualValues(t, 2, attempts.Load())
 		var st Stock
@@ -329,7 +330,7 @@ func TestConsumerDeadLetters(t *testing.T) {
 		assert.Contains(t, reasons[unknown.UUID], "no handler")
 		assert.Contains(t, reasons[malformed.UUID], "malformed")
 		assert.Contains(t, reasons[wrongShape.UUID], "malformed payload")
-		waitFor(t, 10*time.Second, "the healthy message", func() bool { return s.effects(t) == 1 })
+		testenv.WaitFor(t, 10*time.Second, "the healthy message", func() bool { return s.effects(t) == 1 })
 		mu.Lock()
 		assert.Equal(t, 3, perMessage["poison"], "1 attempt + 2 retries")
 		assert.Equal(t, 1, perMessage["healthy"])
@@ -467,7 +468,7 @@ func TestStoppingConsumerDoesNotDeadLetter(t *testing.T) {
 		second := s.newConsumer(t, s.config())
 		require.NoError(t, consumer.Handle(second, effectHandler(&calls)))
 		run(t, second)
-		waitFor(t, 30*time.Second, "the message applied by the next consumer", func() bool { return s.effects(t) == 1 })
+		testenv.WaitFor(t, 30*time.Second, "the message applied by the next consumer", func() bool { return s.effects(t) == 1 })
 		assert.EqualValues(t, 1, calls.Load())
 		if h.bus != nil {
 			assert.Empty(t, s.peekDead(t), "nothing was dead-lettered")

@@ -113,13 +113,32 @@ const deadLimit = 100_000
 //
 // Errors: messaging.ErrQueueNotFound, or the broker's.
 func ListDeadLetters(ctx context.Context, cfg *messaging.AMQPConfig, group string, f DeadFilter, limit int) ([]DeadLetter, error) {
+	return collectDead(ctx, cfg, group, f, limit, nil)
+}
+
+// collectDead browses the dead letters of group and returns, oldest first,
+// up to limit of those f selects. act, when not nil, is called on each of
+// them and says what becomes of its message; one it fails for is not
+// returned, and its error ends the browse.
+func collectDead(ctx context.Context, cfg *messaging.AMQPConfig, group string, f DeadFilter, limit int,
+	act func(d DeadLetter, msg *message.Message) (messaging.Browse, error),
+) ([]DeadLetter, error) {
 	var out []DeadLetter
 	now := time.Now()
 	err := messaging.BrowseQueue(ctx, cfg, DeadLetterQueue(group), deadLimit, func(msg *message.Message) (messaging.Browse, error) {
-		if d := deadLetterOf(msg); len(out) < limit && f.match(d, now) {
-			out = append(out, d)
+		d := deadLetterOf(msg)
+		if len(out) >= limit || !f.match(d, now) {
+			return messaging.Browse{}, nil
 		}
-		return messaging.Browse{}, nil
+		var b messaging.Browse
+		if act != nil {
+			var err error
+			if b, err = act(d, msg); err != nil {
+				return b, err
+			}
+		}
+		out = append(out, d)
+		return b, nil
 	})
 	return out, err
 }
@@ -135,13 +154,7 @@ func ListDeadLetters(ctx context.Context, cfg *messaging.AMQPConfig, group strin
 //
 // Errors: messaging.ErrQueueNotFound, or the broker's.
 func ReplayDeadLetters(ctx context.Context, cfg *messaging.AMQPConfig, group string, f DeadFilter) ([]DeadLetter, error) {
-	var out []DeadLetter
-	now := time.Now()
-	err := messaging.BrowseQueue(ctx, cfg, DeadLetterQueue(group), deadLimit, func(msg *message.Message) (messaging.Browse, error) {
-		d := deadLetterOf(msg)
-		if !f.match(d, now) {
-			return messaging.Browse{}, nil
-		}
+	return collectDead(ctx, cfg, group, f, deadLimit, func(d DeadLetter, msg *message.Message) (messaging.Browse, error) {
 		if d.EventType == "" {
 			return messaging.Browse{}, fmt.Errorf("consumer: dead letter %s has no event type to route it by", d.MessageID)
 		}
@@ -151,10 +164,8 @@ func ReplayDeadLetters(ctx context.Context, cfg *messaging.AMQPConfig, group str
 			delete(msg.Metadata, k)
 		}
 		msg.Metadata.Set(MetaReplays, strconv.Itoa(d.Replays+1))
-		out = append(out, d)
 		return messaging.Browse{Republish: d.EventType, Remove: true}, nil
 	})
-	return out, err
 }
 
 // DiscardDeadLetters removes the dead letters of group that f selects and
@@ -163,15 +174,7 @@ func ReplayDeadLetters(ctx context.Context, cfg *messaging.AMQPConfig, group str
 //
 // Errors: messaging.ErrQueueNotFound, or the broker's.
 func DiscardDeadLetters(ctx context.Context, cfg *messaging.AMQPConfig, group string, f DeadFilter) ([]DeadLetter, error) {
-	var out []DeadLetter
-	now := time.Now()
-	err := messaging.BrowseQueue(ctx, cfg, DeadLetterQueue(group), deadLimit, func(msg *message.Message) (messaging.Browse, error) {
-		d := deadLetterOf(msg)
-		if !f.match(d, now) {
-			return messaging.Browse{}, nil
-		}
-		out = append(out, d)
+	return collectDead(ctx, cfg, group, f, deadLimit, func(DeadLetter, *message.Message) (messaging.Browse, error) {
 		return messaging.Browse{Remove: true}, nil
 	})
-	return out, err
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bentoevents/bento/consumer"
+	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/uow"
 )
@@ -41,7 +42,7 @@ func TestDeadLettersListReplayDiscard(t *testing.T) {
 	s.publish(t, "order.placed", second)
 	ctx := t.Context()
 	var dead []consumer.DeadLetter
-	waitFor(t, 20*time.Second, "two dead letters", func() bool {
+	testenv.WaitFor(t, 20*time.Second, "two dead letters", func() bool {
 		var err error
 		dead, err = consumer.ListDeadLetters(ctx, h.amqp, s.group, consumer.DeadFilter{}, 10)
 		require.NoError(t, err)
@@ -68,7 +69,7 @@ func TestDeadLettersListReplayDiscard(t *testing.T) {
 	replayed, err := consumer.ReplayDeadLetters(ctx, h.amqp, s.group, consumer.DeadFilter{IDs: []string{first.UUID}})
 	require.NoError(t, err)
 	require.Len(t, replayed, 1)
-	waitFor(t, 20*time.Second, "the replayed event applied", func() bool { return s.effects(t) == 1 })
+	testenv.WaitFor(t, 20*time.Second, "the replayed event applied", func() bool { return s.effects(t) == 1 })
 	s.publish(t, "order.placed", first) // a late copy of it: the inbox skips it
 	left, err := consumer.ListDeadLetters(ctx, h.amqp, s.group, consumer.DeadFilter{}, 10)
 	require.NoError(t, err)

@@ -120,22 +120,18 @@ func TestEndToEndExactlyOnce(t *testing.T) {
 				return u.Add(c)
 			}))
 			if i == carts/3 {
-				waitFor(t, 60*time.Second, "consumption to be under way", func() bool { return s.effects(t) > 1000 })
+				testenv.WaitFor(t, 60*time.Second, "consumption to be under way", func() bool { return s.effects(t) > 1000 })
 				cut()
 			}
 		}
-		deadline := time.Now().Add(180 * time.Second)
-		for s.effects(t) < carts*perCart {
-			if time.Now().After(deadline) {
-				var statuses []struct {
-					Status string
-					N      int64
-				}
-				h.db.Table("outbox_events").Select("status, count(*) AS n").Group("status").Scan(&statuses)
-				t.Fatalf("%d of %d effects after 180s; outbox %v; dead letters: %v",
-					s.effects(t), carts*perCart, statuses, s.peekDead(t))
+		if !testenv.Poll(180*time.Second, func() bool { return s.effects(t) >= carts*perCart }) {
+			var statuses []struct {
+				Status string
+				N      int64
 			}
-			time.Sleep(10 * time.Millisecond)
+			h.db.Table("outbox_events").Select("status, count(*) AS n").Group("status").Scan(&statuses)
+			t.Fatalf("%d of %d effects after 180s; outbox %v; dead letters: %v",
+				s.effects(t), carts*perCart, statuses, s.peekDead(t))
 		}
 		var distinct, records int64
 		require.NoError(t, h.db.Model(&Effect{}).Distinct("message_id").Count(&distinct).Error)

@@ -126,7 +126,7 @@ func rabbitHarness(t *testing.T) *harness {
 			ch, err := conn.Channel()
 			require.NoError(t, err)
 			var out []*message.Message
-			waitFor(t, 20*time.Second, "dead letters", func() bool {
+			testenv.WaitFor(t, 20*time.Second, "dead letters", func() bool {
 				for {
 					d, ok, err := ch.Get(group+".dead", true)
 					require.NoError(t, err)
@@ -210,15 +210,4 @@ func eventMsg(t *testing.T, topic string, version int, payload any, meta map[str
 	})
 	require.NoError(t, err)
 	return m
-}
-
-func waitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/inbox"
+	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
 )
 
@@ -77,7 +78,7 @@ func (s *holdSuite) applied(t *testing.T, agg string) []int64 {
 
 func (s *holdSuite) waitApplied(t *testing.T, agg string, want ...int64) {
 	t.Helper()
-	waitFor(t, 20*time.Second, "events applied", func() bool { return len(s.applied(t, agg)) >= len(want) })
+	testenv.WaitFor(t, 20*time.Second, "events applied", func() bool { return len(s.applied(t, agg)) >= len(want) })
 	assert.Equal(t, want, s.applied(t, agg), "versions of %s applied, in order", agg)
 }
 
@@ -105,7 +106,7 @@ func (s *holdSuite) parked(t *testing.T) map[string]string {
 // waitParked waits until the suite's parked events are want.
 func (s *holdSuite) waitParked(t *testing.T, want map[string]string) {
 	t.Helper()
-	waitFor(t, 20*time.Second, "parked events", func() bool { return maps.Equal(s.parked(t), want) })
+	testenv.WaitFor(t, 20*time.Second, "parked events", func() bool { return maps.Equal(s.parked(t), want) })
 }
 
 // TestDeadLetterHoldsBackItsAggregate: once an event of an aggregate is

@@ -10,6 +10,7 @@ import (
 
 	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/inbox"
+	"github.com/bentoevents/bento/internal/testenv"
 )
 
 // metric returns the value of the series of name whose labels include
@@ -65,7 +66,7 @@ func TestConsumerMetrics(t *testing.T) {
 		s.waitParked(t, map[string]string{"a000-003": inbox.ParkedHeld})
 		group := map[string]string{"group": s.group}
 		with := func(k, v string) map[string]string { return map[string]string{"group": s.group, k: v} }
-		waitFor(t, 10*time.Second, "the gauges refreshed", func() bool {
+		testenv.WaitFor(t, 10*time.Second, "the gauges refreshed", func() bool {
 			parked, _ := s.metric(t, "bento_consumer_parked", with("reason", inbox.ParkedHeld))
 			depth, _ := s.metric(t, "bento_consumer_dead_letters", group)
 			return parked == 1 && depth == 1

@@ -203,7 +203,7 @@ func TestPartitionsKeepOrderAcrossKilledWorkersAndADatabaseOutage(t *testing.T) 
 		db.Raw(`SELECT count(*) FROM consumer_members WHERE consumer = ?`, group).Scan(&n)
 		return n
 	}
-	waitFor(t, 60*time.Second, "4 workers joined", func() bool { return members() == 4 })
+	testenv.WaitFor(t, 60*time.Second, "4 workers joined", func() bool { return members() == 4 })
 
 	pub, err := messaging.NewAMQPPublisher(b.amqp)
 	require.NoError(t, err)
@@ -218,13 +218,13 @@ func TestPartitionsKeepOrderAcrossKilledWorkersAndADatabaseOutage(t *testing.T) 
 			w.kill("w0")
 			w.start("w4")
 		case 30:
-			waitFor(t, 60*time.Second, "events applied before the outage", func() bool { return applied() > 0 })
+			testenv.WaitFor(t, 60*time.Second, "events applied before the outage", func() bool { return applied() > 0 })
 			proxy.Cut()
 			t.Logf("database cut off after %d of %d events were applied", applied(), aggregates*events)
 			time.AfterFunc(outage, proxy.Restore)
 		}
 	}
-	waitFor(t, outage+3*time.Minute, "every event applied", func() bool { return applied() >= aggregates*events })
+	testenv.WaitFor(t, outage+3*time.Minute, "every event applied", func() bool { return applied() >= aggregates*events })
 	b.check(t, aggregates*events)
 	var workersSeen int64
 	db.Raw(`SELECT count(DISTINCT worker) FROM applieds`).Scan(&workersSeen)
@@ -320,12 +320,12 @@ func TestBatchesSurviveRepeatedKills(t *testing.T) {
 		name := fmt.Sprintf("w%d", i)
 		w.start(name)
 		before := b.applied(t)
-		waitFor(t, time.Minute, "the worker applying", func() bool { return b.applied(t) > before+100 })
+		testenv.WaitFor(t, time.Minute, "the worker applying", func() bool { return b.applied(t) > before+100 })
 		w.kill(name)
 		t.Logf("killed %s after %d of %d events were applied", name, b.applied(t), aggregates*events)
 	}
 	w.start("last")
-	waitFor(t, 3*time.Minute, "every event applied", func() bool { return b.applied(t) >= aggregates*events })
+	testenv.WaitFor(t, 3*time.Minute, "every event applied", func() bool { return b.applied(t) >= aggregates*events })
 	b.check(t, aggregates*events)
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/inbox"
+	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/uow"
 )
@@ -41,7 +42,7 @@ func TestTransientFailuresOutlastMaxRetries(t *testing.T) {
 		}))
 		run(t, c)
 		s.publish(t, "order.placed", eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: "o1"}, nil))
-		waitFor(t, 20*time.Second, "the message applied after the outage", func() bool { return s.effects(t) == 1 })
+		testenv.WaitFor(t, 20*time.Second, "the message applied after the outage", func() bool { return s.effects(t) == 1 })
 		assert.EqualValues(t, 9, calls.Load())
 		assert.Empty(t, s.peekDead(t), "nothing dead-lettered")
 	})
@@ -108,12 +109,12 @@ func TestGapDeadLettersAfterGapTimeout(t *testing.T) {
 		assert.Zero(t, calls.Load(), "the handler never saw it")
 
 		s.publish(t, "order.placed", v1)
-		waitFor(t, 10*time.Second, "version 1", func() bool { return s.effects(t) == 1 })
+		testenv.WaitFor(t, 10*time.Second, "version 1", func() bool { return s.effects(t) == 1 })
 		replay := eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: "o1"}, nil)
 		replay.UUID = v2.UUID
 		replay.Metadata.Set(messaging.MetaAggregateVersion, "2")
 		s.publish(t, "order.placed", replay)
-		waitFor(t, 10*time.Second, "the replayed version 2", func() bool { return s.effects(t) == 2 })
+		testenv.WaitFor(t, 10*time.Second, "the replayed version 2", func() bool { return s.effects(t) == 2 })
 		mu.Lock()
 		assert.Equal(t, []int64{1, 2}, applied)
 		mu.Unlock()
@@ -181,7 +182,7 @@ func TestHandlerTimeoutDeadLettersAHangingMessage(t *testing.T) {
 		// One attempt and MaxRetries retries, after an attempt in a batch
 		// when the two messages came together.
 		assert.Contains(t, []int32{2, 3}, attempts.Load(), "attempts")
-		waitFor(t, 10*time.Second, "the next message applied", func() bool { return s.effects(t) == 1 })
+		testenv.WaitFor(t, 10*time.Second, "the next message applied", func() bool { return s.effects(t) == 1 })
 	})
 }
 
@@ -226,7 +227,7 @@ func TestBreakerPausesTheGroupWhileItsDatabaseIsDown(t *testing.T) {
 				s.publish(t, Step{}.EventType(), stepMsg(t, a, v))
 			}
 		}
-		waitFor(t, 10*time.Second, "the first attempts", func() bool { return calls.Load() > 0 })
+		testenv.WaitFor(t, 10*time.Second, "the first attempts", func() bool { return calls.Load() > 0 })
 		time.Sleep(time.Second) // the breaker is open by now
 		before := calls.Load()
 		top.Store(0)
@@ -240,7 +241,7 @@ func TestBreakerPausesTheGroupWhileItsDatabaseIsDown(t *testing.T) {
 		t.Logf("%d attempts in %v while the database was down", probes, window)
 
 		down.Store(false)
-		waitFor(t, 20*time.Second, "every event applied", func() bool {
+		testenv.WaitFor(t, 20*time.Second, "every event applied", func() bool {
 			mu.Lock()
 			defer mu.Unlock()
 			n := 0

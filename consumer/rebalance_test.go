@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bentoevents/bento/consumer"
+	"github.com/bentoevents/bento/internal/testenv"
 )
 
 // TestPartitionsRebalanceWithinTheTakeoverTime grows a group from one
@@ -34,7 +35,7 @@ func TestPartitionsRebalanceWithinTheTakeoverTime(t *testing.T) {
 		dealt := func(running ...*consumer.Consumer) time.Duration {
 			t.Helper()
 			start := time.Now()
-			waitFor(t, 2*takeover, fmt.Sprintf("partitions dealt among %d instances", len(running)), func() bool {
+			testenv.WaitFor(t, 2*takeover, fmt.Sprintf("partitions dealt among %d instances", len(running)), func() bool {
 				var all []int
 				for _, c := range running {
 					owned := c.Partitions()
@@ -58,7 +59,7 @@ func TestPartitionsRebalanceWithinTheTakeoverTime(t *testing.T) {
 		}
 		applied := func() {
 			want := int64(aggregates) * (next - 1)
-			waitFor(t, 30*time.Second, "every event applied", func() bool {
+			testenv.WaitFor(t, 30*time.Second, "every event applied", func() bool {
 				var n int64
 				require.NoError(t, s.db.Model(&Applied{}).Count(&n).Error)
 				return n == want

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bentoevents/bento/consumer"
+	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
 	"github.com/bentoevents/bento/projector"
@@ -49,7 +50,7 @@ func (tr *traced) named(name string) []sdktrace.ReadOnlySpan {
 // waitNamed waits until n spans called name have ended and returns them.
 func (tr *traced) waitNamed(t *testing.T, name string, n int) []sdktrace.ReadOnlySpan {
 	t.Helper()
-	waitFor(t, 20*time.Second, fmt.Sprintf("%d %q spans", n, name), func() bool { return len(tr.named(name)) >= n })
+	testenv.WaitFor(t, 20*time.Second, fmt.Sprintf("%d %q spans", n, name), func() bool { return len(tr.named(name)) >= n })
 	return tr.named(name)
 }
 
@@ -273,7 +274,7 @@ func TestConsumeWithoutTracer(t *testing.T) {
 		h.publish(t, "order.placed", eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: "untraced"}, nil))
 		h.publish(t, "order.placed", eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: "traced"},
 			map[string]string{outbox.MetaTraceparent: incoming}))
-		waitFor(t, 20*time.Second, "both messages", func() bool { return s.counter(t, "bento_inbox_processed_total") == 2 })
+		testenv.WaitFor(t, 20*time.Second, "both messages", func() bool { return s.counter(t, "bento_inbox_processed_total") == 2 })
 
 		var rows []outbox.Message
 		require.NoError(t, h.db.Where("topic = ?", "stock.reserved").Order("aggregate_id").Find(&rows).Error)

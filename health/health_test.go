@@ -210,12 +210,8 @@ func TestReadinessFollowsCutLinks(t *testing.T) {
 	}
 	eventually := func(want []string, what string) {
 		t.Helper()
-		deadline := time.Now().Add(15 * time.Second)
-		got := failing()
-		for !slices.Equal(got, want) && time.Now().Before(deadline) {
-			time.Sleep(100 * time.Millisecond)
-			got = failing()
-		}
+		var got []string
+		testenv.Poll(15*time.Second, func() bool { got = failing(); return slices.Equal(got, want) })
 		assert.Equal(t, want, got, what)
 	}
 	eventually(nil, "ready at first")

@@ -207,7 +207,7 @@ func prepare(cfg *Config, m metrics) (Config, []job, error) {
 	}
 	if !c.KeepIdempotencyKeys {
 		jobs = append(jobs, job{JobIdempotencyPurge, func(ctx context.Context) (int64, error) {
-			return idempotency.Purge(ctx, db, c.Now(), 0)
+			return idempotency.Purge(ctx, db, 0, &idempotency.PurgeOpts{Now: c.Now})
 		}})
 	}
 	return c, jobs, nil

@@ -76,17 +76,6 @@ func start(t *testing.T, cfg *housekeeping.Config) {
 	})
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // TestRunRemovesWhatRetentionAllows: one round removes the sent outbox row
 // past its retention, the old inbox record and the expired idempotency
 // key, and keeps the rest; each job's run and rows are counted.
@@ -96,11 +85,11 @@ func TestRunRemovesWhatRetentionAllows(t *testing.T) {
 		assert.Equal(t, [4]int64{2, 3, 2, 2}, counts(t, db))
 		reg := prometheus.NewRegistry()
 		start(t, &housekeeping.Config{DB: db, Every: 50 * time.Millisecond, Registerer: reg})
-		waitFor(t, "the old rows removed", func() bool { return counts(t, db) == [4]int64{1, 2, 1, 1} })
+		testenv.WaitFor(t, 20*time.Second, "the old rows removed", func() bool { return counts(t, db) == [4]int64{1, 2, 1, 1} })
 		ran := func(job, result string) float64 {
 			return counter(t, reg, "bento_housekeeping_runs_total", runs(job, result))
 		}
-		waitFor(t, "the jobs counted", func() bool {
+		testenv.WaitFor(t, 20*time.Second, "the jobs counted", func() bool {
 			return ran(housekeeping.JobOutboxPurge, "ok") >= 1 && ran(housekeeping.JobIdempotencyPurge, "ok") >= 1
 		})
 		assert.GreaterOrEqual(t, ran(housekeeping.JobInboxPurge, "ok"), 1.0)
@@ -161,13 +150,13 @@ func TestOneInstanceAtATime(t *testing.T) {
 	skipped := func() float64 {
 		return counter(t, reg, "bento_housekeeping_runs_total", runs(housekeeping.JobInboxPurge, "skipped"))
 	}
-	waitFor(t, "the inbox purge skipped by both instances", func() bool { return skipped() >= 4 })
+	testenv.WaitFor(t, 20*time.Second, "the inbox purge skipped by both instances", func() bool { return skipped() >= 4 })
 	assert.Equal(t, int64(2), counts(t, db)[2], "the old inbox record is still there")
 	assert.Equal(t, int64(1), counts(t, db)[3], "the other jobs ran")
 
 	_, err = holder.ExecContext(context.Background(), "SELECT pg_advisory_unlock($1)", housekeeping.LockKey(housekeeping.JobInboxPurge))
 	require.NoError(t, err)
-	waitFor(t, "the inbox purge once the lock is free", func() bool { return counts(t, db)[2] == 1 })
+	testenv.WaitFor(t, 20*time.Second, "the inbox purge once the lock is free", func() bool { return counts(t, db)[2] == 1 })
 	assert.Equal(t, 1.0, counter(t, reg, "bento_housekeeping_rows_total", task(housekeeping.JobInboxPurge)),
 		"one instance removed the record")
 }
@@ -239,7 +228,7 @@ func TestUnroutableEventsAreCounted(t *testing.T) {
 		m.Metadata.Set(messaging.MetaEventType, typ)
 		require.NoError(t, pub.Publish(typ, m))
 	}
-	waitFor(t, "the events parked", func() bool {
+	testenv.WaitFor(t, 20*time.Second, "the events parked", func() bool {
 		n, err := messaging.QueueDepth(t.Context(), amqpCfg, messaging.UnroutableQueue(ex.Name))
 		return err == nil && n == 3
 	})
@@ -261,7 +250,7 @@ func TestUnroutableEventsAreCounted(t *testing.T) {
 		}
 		return 0
 	}
-	waitFor(t, "the counts", func() bool { return gauge("late.event") == 2 && gauge("other.event") == 1 })
+	testenv.WaitFor(t, 20*time.Second, "the counts", func() bool { return gauge("late.event") == 2 && gauge("other.event") == 1 })
 	n, err := messaging.QueueDepth(t.Context(), amqpCfg, messaging.UnroutableQueue(ex.Name))
 	require.NoError(t, err)
 	assert.Equal(t, 3, n, "counting leaves them parked")

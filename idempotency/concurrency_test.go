@@ -90,17 +90,12 @@ func block(t *testing.T, e *env) *blocker {
 // blocked transaction (PostgreSQL), polling with a deadline.
 func (bl *blocker) waitBlocked(t *testing.T, db *gorm.DB) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testenv.WaitFor(t, 5*time.Second, "the repeat to wait for the first request", func() bool {
 		var n int64
 		require.NoError(t, db.Raw("SELECT count(*) FROM pg_stat_activity WHERE ? = ANY(pg_blocking_pids(pid))",
 			bl.pid.Load()).Scan(&n).Error)
-		if n > 0 {
-			return
-		}
-		require.True(t, time.Now().Before(deadline), "the repeat never waited for the first request")
-		time.Sleep(5 * time.Millisecond)
-	}
+		return n > 0
+	})
 }
 
 // TestConcurrentRepeatWaitsAndReplays fires two requests with the same key

@@ -77,10 +77,18 @@ func TestPurgeDeletesExpiredKeysOnly(t *testing.T) {
 			require.Equal(t, http.StatusCreated, e.post(k.key, "{}").Code)
 		}
 
-		n, err := idempotency.CountExpired(ctx, db, epoch.Add(70*time.Minute))
+		at := func(d time.Duration) *idempotency.PurgeOpts {
+			return &idempotency.PurgeOpts{Now: func() time.Time { return epoch.Add(d) }}
+		}
+		n, err := idempotency.CountExpired(ctx, db, 0, at(70*time.Minute))
 		require.NoError(t, err)
 		assert.Equal(t, int64(2), n, "the dry run counts a and b")
-		n, err = idempotency.Purge(ctx, db, epoch.Add(70*time.Minute), 1) // a and b (at expiry); c, d live
+		n, err = idempotency.CountExpired(ctx, db, 10*time.Minute, at(70*time.Minute))
+		require.NoError(t, err)
+		assert.Equal(t, int64(1), n, "a expired 10 minutes before, b just now")
+		one := at(70 * time.Minute)
+		one.BatchSize = 1
+		n, err = idempotency.Purge(ctx, db, 0, one) // a and b (at expiry); c, d live
 		require.NoError(t, err)
 		assert.Equal(t, int64(2), n)
 		var left []string
@@ -89,12 +97,17 @@ func TestPurgeDeletesExpiredKeysOnly(t *testing.T) {
 		}
 		assert.Equal(t, []string{"c", "d"}, left)
 
-		n, err = idempotency.Purge(ctx, db, epoch.Add(70*time.Minute), 0)
+		n, err = idempotency.Purge(ctx, db, 0, at(70*time.Minute))
 		require.NoError(t, err)
 		assert.Zero(t, n)
-		n, err = idempotency.Purge(ctx, db, epoch.Add(24*time.Hour), 0)
+		n, err = idempotency.Purge(ctx, db, time.Hour, at(24*time.Hour))
 		require.NoError(t, err)
 		assert.Equal(t, int64(2), n)
 		assert.Empty(t, e.keys(t))
+
+		_, err = idempotency.Purge(ctx, db, -time.Second, nil)
+		assert.ErrorIs(t, err, idempotency.ErrInvalidArgument)
+		_, err = idempotency.CountExpired(ctx, db, -time.Second, nil)
+		assert.ErrorIs(t, err, idempotency.ErrInvalidArgument)
 	})
 }

@@ -20,6 +20,9 @@ var (
 	// ErrClosed is outbox.ErrClosed, the one closed-database error: it is
 	// returned (wrapped) when the database handle has been closed.
 	ErrClosed = outbox.ErrClosed
+	// ErrInvalidArgument is returned by Purge and CountExpired for an
+	// argument out of range, such as a negative age.
+	ErrInvalidArgument = errors.New("idempotency: invalid argument")
 )
 
 // Problem types: the "type" of the RFC 9457 problem details the middleware

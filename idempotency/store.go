@@ -16,6 +16,7 @@ import (
 
 	"github.com/bentoevents/bento/internal/dialect"
 	"github.com/bentoevents/bento/internal/migrate"
+	"github.com/bentoevents/bento/internal/purge"
 	"github.com/bentoevents/bento/uow"
 )
 
@@ -79,7 +80,7 @@ func Migrate(ctx context.Context, db *gorm.DB) error {
 }
 
 // DefaultPurgeBatch is the batch size Purge uses when given none.
-const DefaultPurgeBatch = 1000
+const DefaultPurgeBatch = purge.DefaultBatchSize
 
 // SQL of the ledger. The rest is built by GORM from Record.
 const (
@@ -90,7 +91,7 @@ const (
 	// countExpiredSQL counts what purgeSQL deletes.
 	countExpiredSQL = `SELECT count(*) FROM idempotency_keys WHERE ` + expiredWhere
 	// expiredWhere selects the expired keys.
-	expiredWhere = `expires_at <= @now`
+	expiredWhere = `expires_at <= @before`
 	// pgSetLockTimeoutSQL sets the transaction's lock_timeout and returns the
 	// previous value (OFFSET 0 keeps the subquery, and so the read, first).
 	pgSetLockTimeoutSQL = `SELECT s.prev, set_config('lock_timeout', ?, true)
@@ -100,43 +101,65 @@ const (
 	pgRestoreLockTimeoutSQL = `SELECT set_config('lock_timeout', ?, true)`
 )
 
-// Purge deletes the keys that expired at or before now, in batches of
-// batch rows (each its own statement; 0 or less means
-// [DefaultPurgeBatch]), and returns how many it deleted. Run it
-// periodically: expired keys are already treated as absent, Purge only
-// reclaims their space.
-//
-// Errors: the context's error, ErrClosed, or the database error; the count
-// is what was deleted before the error.
-func Purge(ctx context.Context, db *gorm.DB, now time.Time, batch int) (int64, error) {
-	if batch <= 0 {
-		batch = DefaultPurgeBatch
-	}
-	args := map[string]any{"now": now.UTC(), "limit": batch}
-	var total int64
-	for {
-		if err := ctx.Err(); err != nil {
-			return total, err
-		}
-		res := db.WithContext(ctx).Exec(purgeSQL, args)
-		if res.Error != nil {
-			return total, wrapDB("purge", res.Error)
-		}
-		total += res.RowsAffected
-		if res.RowsAffected < int64(batch) {
-			return total, nil
-		}
-	}
+// PurgeOpts tune Purge and CountExpired. A nil *PurgeOpts means batches of
+// [DefaultPurgeBatch] and the system clock.
+type PurgeOpts struct {
+	// BatchSize is how many keys one DELETE removes; each batch is its own
+	// short statement. CountExpired ignores it. Defaults to
+	// DefaultPurgeBatch (1,000).
+	BatchSize int
+	// Now is the clock the age is measured from. Defaults to time.Now.
+	Now func() time.Time
 }
 
-// CountExpired counts the keys that expired at or before now: what Purge
-// with the same now would delete (a dry run).
-func CountExpired(ctx context.Context, db *gorm.DB, now time.Time) (int64, error) {
+// Purge deletes the keys that expired more than olderThan ago (0: every
+// key expired by now), batch by batch, and returns how many it deleted.
+// Run it periodically: expired keys are already treated as absent, Purge
+// only reclaims their space.
+//
+// Errors: [ErrInvalidArgument] for a negative olderThan, the context's
+// error, [ErrClosed], or the database error; the count is what was deleted
+// before the error.
+func Purge(ctx context.Context, db *gorm.DB, olderThan time.Duration, opts *PurgeOpts) (int64, error) {
+	args, err := expired("purge", olderThan, opts)
+	if err != nil {
+		return 0, err
+	}
+	var batch int
+	if opts != nil {
+		batch = opts.BatchSize
+	}
+	return purge.Batches(ctx, db, purgeSQL, args, batch, func(err error) error { return wrapDB("purge", err) })
+}
+
+// CountExpired counts the keys that Purge with the same arguments would
+// delete now (BatchSize is ignored): a dry run.
+//
+// Errors: [ErrInvalidArgument] for a negative olderThan, [ErrClosed], or
+// the database error.
+func CountExpired(ctx context.Context, db *gorm.DB, olderThan time.Duration, opts *PurgeOpts) (int64, error) {
+	args, err := expired("count expired", olderThan, opts)
+	if err != nil {
+		return 0, err
+	}
 	var n int64
-	if err := db.WithContext(ctx).Raw(countExpiredSQL, map[string]any{"now": now.UTC()}).Scan(&n).Error; err != nil {
+	if err := db.WithContext(ctx).Raw(countExpiredSQL, args).Scan(&n).Error; err != nil {
 		return 0, wrapDB("count expired", err)
 	}
 	return n, nil
+}
+
+// expired returns the arguments of expiredWhere for Purge and
+// CountExpired, or an error naming op for a negative age.
+func expired(op string, olderThan time.Duration, opts *PurgeOpts) (map[string]any, error) {
+	if olderThan < 0 {
+		return nil, fmt.Errorf("idempotency: %s: %w: negative age %v", op, ErrInvalidArgument, olderThan)
+	}
+	now := time.Now
+	if opts != nil && opts.Now != nil {
+		now = opts.Now
+	}
+	return map[string]any{"before": now().UTC().Add(-olderThan)}, nil
 }
 
 // session is one keyed request's transaction.

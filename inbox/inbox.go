@@ -47,6 +47,9 @@ var (
 	// metadata is not a positive integer: it cannot be ordered, so it is
 	// never applied.
 	ErrBadVersion = errors.New("inbox: malformed aggregate version")
+	// ErrInvalidArgument is returned by Purge and CountPurgeable for an
+	// argument out of range, such as a negative age.
+	ErrInvalidArgument = errors.New("inbox: invalid argument")
 )
 
 // MaxMessageIDLen is the longest message id the inbox stores.

@@ -381,6 +381,11 @@ func TestPurgeKeepsTheWindow(t *testing.T) {
 		var left []string
 		require.NoError(t, db.Model(&inbox.Record{}).Pluck("message_id", &left).Error)
 		assert.Equal(t, []string{"recent"}, left)
+
+		_, err = inbox.Purge(ctx, db, -time.Second, nil)
+		assert.ErrorIs(t, err, inbox.ErrInvalidArgument)
+		_, err = inbox.CountPurgeable(ctx, db, -time.Second, nil)
+		assert.ErrorIs(t, err, inbox.ErrInvalidArgument)
 	})
 }
 

@@ -90,6 +90,19 @@ func (r parkedRow) parked() (Parked, error) {
 	return p, nil
 }
 
+// parkedAll converts rows, in order.
+func parkedAll(rows []parkedRow) ([]Parked, error) {
+	out := make([]Parked, 0, len(rows))
+	for _, r := range rows {
+		p, err := r.parked()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
 const parkedColumns = `message_id, tenant_id, aggregate_type, aggregate_id, version, partition_no, reason,
 metadata, payload, attempts, last_error, parked_at`
 
@@ -148,15 +161,7 @@ WHERE consumer = ? ORDER BY parked_at, aggregate_id, version LIMIT ?`, in.cfg.Co
 	if err != nil {
 		return nil, wrapDB("list parked", err)
 	}
-	out := make([]Parked, 0, len(rows))
-	for _, r := range rows {
-		p, err := r.parked()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, p)
-	}
-	return out, nil
+	return parkedAll(rows)
 }
 
 // ParkedAggregates returns up to limit aggregates with parked events that
@@ -205,15 +210,7 @@ WHERE consumer = ? AND reason = ? AND parked_at < ? RETURNING `+parkedColumns,
 	if err != nil {
 		return nil, wrapDB("expire parked", err)
 	}
-	out := make([]Parked, 0, len(rows))
-	for _, r := range rows {
-		p, err := r.parked()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, p)
-	}
-	return out, nil
+	return parkedAll(rows)
 }
 
 // skipGap, under VersionsContiguous, moves an aggregate's watermark up to

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+
+	"github.com/bentoevents/bento/internal/purge"
 )
 
 // PurgeOpts narrow Purge. A nil *PurgeOpts means every consumer, batches of
@@ -14,7 +16,7 @@ type PurgeOpts struct {
 	// Consumer restricts the purge to one consumer's records.
 	Consumer string
 	// BatchSize is how many records one DELETE removes; each batch is its
-	// own short statement. Defaults to 1,000.
+	// own short statement. CountPurgeable ignores it. Defaults to 1,000.
 	BatchSize int
 	// Now is the clock the age is measured from. Defaults to time.Now.
 	Now func() time.Time
@@ -31,35 +33,22 @@ type PurgeOpts struct {
 // wide margin (days, not minutes). Do not purge right after a long outage:
 // deliveries held back by it are exactly the late duplicates the window is
 // for.
+//
+// It stops early, returning what it deleted so far, when ctx is done.
+//
+// Errors: [ErrInvalidArgument] for a negative olderThan, the context's
+// error, [ErrClosed], or the database error.
 func Purge(ctx context.Context, db *gorm.DB, olderThan time.Duration, opts *PurgeOpts) (int64, error) {
 	if olderThan < 0 {
-		return 0, fmt.Errorf("inbox: purge: negative age %v", olderThan)
+		return 0, fmt.Errorf("inbox: purge: %w: negative age %v", ErrInvalidArgument, olderThan)
 	}
 	if opts == nil {
 		opts = &PurgeOpts{}
 	}
-	batch := opts.BatchSize
-	if batch <= 0 {
-		batch = 1000
-	}
 	where, args := purgeable(olderThan, opts)
 	query := `DELETE FROM inbox_messages WHERE (consumer, message_id) IN (
   SELECT consumer, message_id FROM inbox_messages WHERE ` + where + ` ORDER BY received_at LIMIT @limit)`
-	args["limit"] = batch
-	var total int64
-	for {
-		if err := ctx.Err(); err != nil {
-			return total, err
-		}
-		res := db.WithContext(ctx).Exec(query, args)
-		if res.Error != nil {
-			return total, wrapDB("purge", res.Error)
-		}
-		total += res.RowsAffected
-		if res.RowsAffected < int64(batch) {
-			return total, nil
-		}
-	}
+	return purge.Batches(ctx, db, query, args, opts.BatchSize, func(err error) error { return wrapDB("purge", err) })
 }
 
 // purgeable returns the condition (and its arguments) that selects the
@@ -78,9 +67,12 @@ func purgeable(olderThan time.Duration, opts *PurgeOpts) (string, map[string]any
 
 // CountPurgeable counts the records that Purge with the same arguments
 // would delete now (BatchSize is ignored): a dry run.
+//
+// Errors: [ErrInvalidArgument] for a negative olderThan, [ErrClosed], or
+// the database error.
 func CountPurgeable(ctx context.Context, db *gorm.DB, olderThan time.Duration, opts *PurgeOpts) (int64, error) {
 	if olderThan < 0 {
-		return 0, fmt.Errorf("inbox: count purgeable: negative age %v", olderThan)
+		return 0, fmt.Errorf("inbox: count purgeable: %w: negative age %v", ErrInvalidArgument, olderThan)
 	}
 	if opts == nil {
 		opts = &PurgeOpts{}

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/url"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -15,6 +14,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/bentoevents/bento/internal/clip"
+	"github.com/bentoevents/bento/internal/closing"
 )
 
 // ErrInvalidConfig is wrapped by every problem [AMQPConfig] validation finds.
@@ -106,7 +108,7 @@ func (c *AMQPConfig) validate() error {
 		bad("URL", reason)
 	}
 	if r := checkName(c.Exchange); r != "" {
-		bad("Exchange", fmt.Sprintf("%q %s", clip(c.Exchange), r))
+		bad("Exchange", fmt.Sprintf("%q %s", clip.String(c.Exchange), r))
 	}
 	if c.ChannelPoolSize < 0 {
 		bad("ChannelPoolSize", fmt.Sprintf("%d is negative", c.ChannelPoolSize))
@@ -170,9 +172,8 @@ func (c *AMQPConfig) wamqpConfig(b topologyBuilder) wamqp.Config {
 // publisher confirms. It implements message.Publisher and is safe for
 // concurrent use.
 type AMQPPublisher struct {
-	pub    *wamqp.Publisher
-	mu     sync.RWMutex
-	closed bool
+	pub   *wamqp.Publisher
+	guard closing.Guard
 }
 
 // publisherSetup validates cfg and declares the topology a publisher needs,
@@ -237,15 +238,12 @@ func (p *AMQPPublisher) Publish(topic string, msgs ...*message.Message) error {
 	if slices.Contains(msgs, nil) {
 		return fmt.Errorf("publish to %q: nil message", topic)
 	}
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	if p.closed {
-		return ErrClosed
-	}
-	if err := p.pub.Publish(topic, msgs...); err != nil {
-		return fmt.Errorf("publish to %q: %w", topic, err)
-	}
-	return nil
+	return p.guard.Use(ErrClosed, func() error {
+		if err := p.pub.Publish(topic, msgs...); err != nil {
+			return fmt.Errorf("publish to %q: %w", topic, err)
+		}
+		return nil
+	})
 }
 
 // Close waits for the Publish calls in progress and closes the connection.
@@ -253,24 +251,19 @@ func (p *AMQPPublisher) Publish(topic string, msgs ...*message.Message) error {
 // answering it returns after about 15 seconds (the heartbeat check), and
 // while the broker blocks publishers, once it unblocks them.
 func (p *AMQPPublisher) Close() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
+	return p.guard.Close(func() error {
+		if err := p.pub.Close(); err != nil {
+			return fmt.Errorf("close AMQP publisher: %w", err)
+		}
 		return nil
-	}
-	p.closed = true
-	if err := p.pub.Close(); err != nil {
-		return fmt.Errorf("close AMQP publisher: %w", err)
-	}
-	return nil
+	})
 }
 
 // AMQPSubscriber consumes the durable queue of one consumer group. It
 // implements message.Subscriber and message.SubscribeInitializer.
 type AMQPSubscriber struct {
-	sub    *wamqp.Subscriber
-	mu     sync.RWMutex
-	closed bool
+	sub   *wamqp.Subscriber
+	guard closing.Guard
 }
 
 // NewAMQPSubscriber connects a subscriber for the consumer group group and
@@ -316,16 +309,16 @@ func NewAMQPSubscriber(cfg *AMQPConfig, group string, patterns ...string) (*AMQP
 //
 // It returns [ErrClosed] after Close.
 func (s *AMQPSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
-		return nil, ErrClosed
-	}
-	in, err := s.sub.Subscribe(ctx, topic)
-	if err != nil {
-		return nil, fmt.Errorf("subscribe: %w", err)
-	}
-	return untilDone(ctx, in), nil
+	var out <-chan *message.Message
+	err := s.guard.Use(ErrClosed, func() error {
+		in, err := s.sub.Subscribe(ctx, topic)
+		if err != nil {
+			return fmt.Errorf("subscribe: %w", err)
+		}
+		out = untilDone(ctx, in)
+		return nil
+	})
+	return out, err
 }
 
 // untilDone relays in to the returned channel, which it closes as soon as
@@ -367,28 +360,21 @@ func untilDone(ctx context.Context, in <-chan *message.Message) <-chan *message.
 // SubscribeInitialize declares the topology and the group's queue and
 // bindings; topic is ignored. It implements message.SubscribeInitializer.
 func (s *AMQPSubscriber) SubscribeInitialize(topic string) error {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
-		return ErrClosed
-	}
-	if err := s.sub.SubscribeInitialize(topic); err != nil {
-		return fmt.Errorf("subscribe initialize: %w", err)
-	}
-	return nil
+	return s.guard.Use(ErrClosed, func() error {
+		if err := s.sub.SubscribeInitialize(topic); err != nil {
+			return fmt.Errorf("subscribe initialize: %w", err)
+		}
+		return nil
+	})
 }
 
 // Close closes every subscription's channel, waits for them to stop and
 // closes the connection. It is idempotent.
 func (s *AMQPSubscriber) Close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+	return s.guard.Close(func() error {
+		if err := s.sub.Close(); err != nil {
+			return fmt.Errorf("close AMQP subscriber: %w", err)
+		}
 		return nil
-	}
-	s.closed = true
-	if err := s.sub.Close(); err != nil {
-		return fmt.Errorf("close AMQP subscriber: %w", err)
-	}
-	return nil
+	})
 }

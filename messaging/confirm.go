@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
-	"sync"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/bentoevents/bento/internal/closing"
 )
 
 var (
@@ -65,13 +66,11 @@ type ConfirmPublisher struct {
 	cfg     *AMQPConfig
 	metrics *publisherMetrics
 	pool    chan *confirmChannel
-	done    chan struct{} // closed by Close
 
-	mu      sync.Mutex
+	mu      closing.Guard // closed by Close; guards the fields below too
 	link    *link         // the current connection; nil before the first dial
 	dialing chan struct{} // closed when the dial in progress ends; nil when none
 	open    int           // channels open or being opened, not discarded
-	closed  bool
 
 	skipSizeCheck bool // tests: write messages too large for a frame anyway
 }
@@ -101,7 +100,6 @@ func NewConfirmPublisher(cfg *AMQPConfig) (*ConfirmPublisher, error) {
 		cfg:     c,
 		metrics: m,
 		pool:    make(chan *confirmChannel, c.ChannelPoolSize),
-		done:    make(chan struct{}),
 	}, nil
 }
 
@@ -228,15 +226,8 @@ func (p *ConfirmPublisher) PublishBatch(ctx context.Context, batch []Outgoing) [
 // socket, so it returns promptly even on a link that stopped answering. It
 // is idempotent.
 func (p *ConfirmPublisher) Close() error {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return nil
-	}
-	p.closed = true
-	close(p.done)
-	l := p.link
-	p.mu.Unlock()
+	var l *link
+	_ = p.mu.Close(func() error { l = p.link; return nil })
 	if l == nil {
 		return nil
 	}

@@ -21,7 +21,7 @@ func (p *ConfirmPublisher) channel(ctx context.Context) (*confirmChannel, error)
 		default:
 		}
 		p.mu.Lock()
-		if p.closed {
+		if p.mu.Closed() {
 			p.mu.Unlock()
 			return nil, ErrClosed
 		}
@@ -46,7 +46,7 @@ func (p *ConfirmPublisher) channel(ctx context.Context) (*confirmChannel, error)
 			return cc, nil
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-p.done:
+		case <-p.mu.Done():
 			return nil, ErrClosed
 		}
 	}
@@ -88,7 +88,7 @@ func (p *ConfirmPublisher) openChannel(ctx context.Context) (*confirmChannel, er
 func (p *ConfirmPublisher) connection(ctx context.Context) (*link, error) {
 	for {
 		p.mu.Lock()
-		if p.closed {
+		if p.mu.Closed() {
 			p.mu.Unlock()
 			return nil, ErrClosed
 		}
@@ -103,7 +103,7 @@ func (p *ConfirmPublisher) connection(ctx context.Context) (*link, error) {
 				continue
 			case <-ctx.Done():
 				return nil, ctx.Err()
-			case <-p.done:
+			case <-p.mu.Done():
 				return nil, ErrClosed
 			}
 		}
@@ -116,7 +116,7 @@ func (p *ConfirmPublisher) connection(ctx context.Context) (*link, error) {
 		p.mu.Lock()
 		p.dialing = nil
 		close(dialing)
-		closed := p.closed
+		closed := p.mu.Closed()
 		if err == nil && !closed {
 			p.link = l
 		}
@@ -145,7 +145,7 @@ func (p *ConfirmPublisher) waitUnblocked(ctx context.Context, l *link) error {
 		case <-wait:
 		case <-ctx.Done():
 			return blockedErr(l, ctx.Err())
-		case <-p.done:
+		case <-p.mu.Done():
 			return ErrClosed
 		}
 	}
@@ -166,7 +166,7 @@ func (p *ConfirmPublisher) release(cc *confirmChannel, healthy bool) {
 		return
 	}
 	p.mu.Lock()
-	closed := p.closed
+	closed := p.mu.Closed()
 	p.mu.Unlock()
 	if closed {
 		p.discard(cc)

@@ -128,7 +128,7 @@ func (p *ConfirmPublisher) stopErr(ctx context.Context, l *link) error {
 		return blockedErr(l, err)
 	}
 	select {
-	case <-p.done:
+	case <-p.mu.Done():
 		return ErrClosed
 	default:
 		return nil

@@ -10,6 +10,9 @@ import (
 	"sync"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/bentoevents/bento/internal/clip"
+	"github.com/bentoevents/bento/internal/closing"
 )
 
 var (
@@ -26,13 +29,11 @@ var (
 // embedded default for development and tests. A MemoryBus is safe for
 // concurrent use; its queues live as long as the bus.
 type MemoryBus struct {
-	mu     sync.Mutex
+	mu     closing.Guard // closed by Close; guards the fields below too
 	queues map[string]*memQueue
 	routes map[string][]route // topic -> matching queues; reset on declare
 	// partitioned holds each group's partition queues (see DeclarePartitions).
 	partitioned map[string]*partitionSet
-	closed      bool
-	done        chan struct{}
 	wg          sync.WaitGroup // consumer goroutines
 	// inflight counts messages taken from a queue and not yet acked or put
 	// back (guarded by mu).
@@ -141,7 +142,6 @@ func NewMemoryBus() *MemoryBus {
 		queues:      map[string]*memQueue{alt.name: alt},
 		routes:      map[string][]route{},
 		partitioned: map[string]*partitionSet{},
-		done:        make(chan struct{}),
 		alternate:   alt,
 	}
 }
@@ -165,7 +165,7 @@ func (b *MemoryBus) DeclareQueue(group string, patterns ...string) error {
 }
 
 func (b *MemoryBus) declareLocked(group string, patterns []string) (*memQueue, error) {
-	if b.closed {
+	if b.mu.Closed() {
 		return nil, ErrClosed
 	}
 	q := b.queues[group]
@@ -201,7 +201,7 @@ func (b *MemoryBus) Publish(topic string, msgs ...*message.Message) error {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.closed {
+	if b.mu.Closed() {
 		return ErrClosed
 	}
 	routes, ok := b.routes[topic]
@@ -269,7 +269,7 @@ func (b *MemoryBus) DeclarePartitions(group string, n int, patterns ...string) e
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.closed {
+	if b.mu.Closed() {
 		return ErrClosed
 	}
 	set := b.partitioned[group]
@@ -421,12 +421,7 @@ func (b *MemoryBus) requeueAllLocked(q *memQueue, ms []*message.Message) {
 // stay in their queue. Close waits for the consumer goroutines to stop. It is
 // idempotent.
 func (b *MemoryBus) Close() error {
-	b.mu.Lock()
-	if !b.closed {
-		b.closed = true
-		close(b.done)
-	}
-	b.mu.Unlock()
+	_ = b.mu.Close(nil)
 	b.wg.Wait()
 	return nil
 }
@@ -453,7 +448,6 @@ func (b *MemoryBus) Subscriber(group string, patterns ...string) message.Subscri
 		group:    group,
 		patterns: slices.Clone(patterns),
 		prefetch: 1,
-		closing:  make(chan struct{}),
 	}
 }
 
@@ -478,7 +472,7 @@ type queueSubscriber struct {
 
 func (s *queueSubscriber) Subscribe(ctx context.Context, queue string) (<-chan *message.Message, error) {
 	if !s.bus.declared(queue) {
-		return nil, fmt.Errorf("subscribe: %w: queue %q is not declared", ErrInvalidName, clip(queue))
+		return nil, fmt.Errorf("subscribe: %w: queue %q is not declared", ErrInvalidName, clip.String(queue))
 	}
 	sub := s.bus.Subscriber(queue).(*memSubscriber)
 	sub.prefetch = s.prefetch
@@ -503,10 +497,8 @@ type memSubscriber struct {
 	patterns []string
 	prefetch int // at least 1
 
-	mu      sync.Mutex
-	closed  bool
-	closing chan struct{}
-	wg      sync.WaitGroup
+	mu closing.Guard // closed by Close
+	wg sync.WaitGroup
 }
 
 // Subscribe implements message.Subscriber; topic is ignored.
@@ -521,7 +513,7 @@ func (s *memSubscriber) Subscribe(ctx context.Context, _ string) (<-chan *messag
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if s.mu.Closed() {
 		return nil, ErrClosed
 	}
 	b := s.bus
@@ -670,9 +662,9 @@ func (s *memSubscriber) consume(ctx context.Context, q *memQueue, slot chan *mes
 			b.mu.Unlock()
 		case <-ctx.Done():
 			return
-		case <-s.closing:
+		case <-s.mu.Done():
 			return
-		case <-b.done:
+		case <-b.mu.Done():
 			return
 		}
 	}
@@ -684,9 +676,9 @@ func (s *memSubscriber) stopping(ctx context.Context) bool {
 	select {
 	case <-ctx.Done():
 		return true
-	case <-s.closing:
+	case <-s.mu.Done():
 		return true
-	case <-s.bus.done:
+	case <-s.bus.mu.Done():
 		return true
 	default:
 		return false
@@ -696,12 +688,7 @@ func (s *memSubscriber) stopping(ctx context.Context) bool {
 // Close closes the subscriber's subscriptions and waits for them to stop.
 // Messages delivered but not acked go back to their queue. It is idempotent.
 func (s *memSubscriber) Close() error {
-	s.mu.Lock()
-	if !s.closed {
-		s.closed = true
-		close(s.closing)
-	}
-	s.mu.Unlock()
+	_ = s.mu.Close(nil)
 	s.wg.Wait()
 	return nil
 }

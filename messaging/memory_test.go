@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
 )
 
@@ -399,11 +400,7 @@ func TestMemoryBusIdle(t *testing.T) {
 	m.Nack()
 	m = <-msgs
 	m.Ack()
-	deadline := time.Now().Add(5 * time.Second)
-	for !bus.Idle() && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	assert.True(t, bus.Idle(), "acked: idle")
+	assert.True(t, testenv.Poll(waitFor, bus.Idle), "acked: idle")
 }
 
 func TestMemoryBusAlternateQueue(t *testing.T) {

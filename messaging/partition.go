@@ -12,6 +12,9 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/bentoevents/bento/internal/clip"
+	"github.com/bentoevents/bento/internal/closing"
 )
 
 // ErrHashExchangeMissing is returned when RabbitMQ does not know the
@@ -150,7 +153,7 @@ func (s *PartitionSpec) validate(exchange string) error {
 	if exchange != "" && s.Group != "" {
 		if name := hashExchange(exchange, s.Group); len(name) > maxRoutingKeyLen {
 			errs = append(errs, fmt.Errorf("%w: exchange %q and group %q make a hash exchange name longer than %d bytes",
-				ErrInvalidName, clip(exchange), clip(s.Group), maxRoutingKeyLen))
+				ErrInvalidName, clip.String(exchange), clip.String(s.Group), maxRoutingKeyLen))
 		}
 	}
 	return errors.Join(errs...)
@@ -287,10 +290,9 @@ type partitionSubscriber struct {
 	stop    context.Context
 	stopAll context.CancelFunc
 
-	mu     sync.Mutex
-	conn   *amqp.Connection
-	closed bool
-	wg     sync.WaitGroup
+	mu   closing.Guard // guards conn too
+	conn *amqp.Connection
+	wg   sync.WaitGroup
 }
 
 // channel opens a channel on the subscriber's connection, dialing it if
@@ -298,7 +300,7 @@ type partitionSubscriber struct {
 func (s *partitionSubscriber) channel(ctx context.Context) (*amqp.Channel, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if s.mu.Closed() {
 		return nil, ErrClosed
 	}
 	if s.conn == nil || s.conn.IsClosed() {
@@ -457,10 +459,8 @@ func isAcked(msg *message.Message) bool {
 // one whose channel nobody reads, closes the connection, and waits for
 // them.
 func (s *partitionSubscriber) Close() error {
-	s.mu.Lock()
-	s.closed = true
-	conn := s.conn
-	s.mu.Unlock()
+	var conn *amqp.Connection
+	_ = s.mu.Close(func() error { conn = s.conn; return nil })
 	s.stopAll()
 	if conn != nil {
 		_ = conn.Close()

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/bentoevents/bento/internal/clip"
 )
 
 // ErrInvalidName is returned for a topic, binding pattern, consumer group or
@@ -63,7 +65,7 @@ func words(s string) []string {
 // ASCII letters, digits, '_' and '-' separated by single dots.
 func validateTopic(topic string) error {
 	if r := checkWords(topic, false); r != "" {
-		return fmt.Errorf("%w: topic %q %s", ErrInvalidName, clip(topic), r)
+		return fmt.Errorf("%w: topic %q %s", ErrInvalidName, clip.String(topic), r)
 	}
 	return nil
 }
@@ -77,7 +79,7 @@ func validatePatterns(patterns []string) error {
 	var errs []error
 	for _, p := range patterns {
 		if r := checkWords(p, true); r != "" {
-			errs = append(errs, fmt.Errorf("%w: pattern %q %s", ErrInvalidName, clip(p), r))
+			errs = append(errs, fmt.Errorf("%w: pattern %q %s", ErrInvalidName, clip.String(p), r))
 		}
 	}
 	return errors.Join(errs...)
@@ -86,7 +88,7 @@ func validatePatterns(patterns []string) error {
 // validateGroup checks a consumer group name, which is also its queue name.
 func validateGroup(group string) error {
 	if r := checkName(group); r != "" {
-		return fmt.Errorf("%w: group %q %s", ErrInvalidName, clip(group), r)
+		return fmt.Errorf("%w: group %q %s", ErrInvalidName, clip.String(group), r)
 	}
 	return nil
 }
@@ -126,13 +128,4 @@ func checkWords(s string, wildcards bool) string {
 		}
 	}
 	return ""
-}
-
-// clip shortens s for an error message.
-func clip(s string) string {
-	const max = 64
-	if len(s) <= max {
-		return s
-	}
-	return s[:max] + "..."
 }

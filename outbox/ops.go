@@ -216,16 +216,21 @@ func (s *Store) Discard(ctx context.Context, f Filter, all bool) (int64, error) 
 }
 
 // CountSent counts the sent rows published more than olderThan ago: what
-// PurgeSent with the same arguments would delete. tenant narrows it to one
-// tenant when not empty.
-func (s *Store) CountSent(ctx context.Context, olderThan time.Duration, tenant string) (int64, error) {
+// PurgeSent with the same arguments would delete (a dry run).
+//
+// Errors: [ErrInvalidArgument] for a negative olderThan, [ErrClosed], or
+// the database error.
+func (s *Store) CountSent(ctx context.Context, olderThan time.Duration, opts *PurgeOpts) (int64, error) {
 	if olderThan < 0 {
 		return 0, fmt.Errorf("outbox: count sent: %w: negative age %v", ErrInvalidArgument, olderThan)
 	}
+	if opts == nil {
+		opts = &PurgeOpts{}
+	}
 	q := s.db.WithContext(ctx).Model(&Message{}).
 		Where("status = ? AND published_at < ?", StatusSent, s.clock.in(-olderThan))
-	if tenant != "" {
-		q = q.Where("tenant_id = ?", tenant)
+	if opts.Tenant != "" {
+		q = q.Where("tenant_id = ?", opts.Tenant)
 	}
 	var n int64
 	if err := q.Count(&n).Error; err != nil {

@@ -156,17 +156,19 @@ func TestCountSentMatchesPurge(t *testing.T) {
 			age  time.Duration
 			want int64
 		}{{2 * time.Hour, 0}, {58 * time.Minute, 1}} {
-			n, err := e.store.CountSent(ctx, c.age, "")
+			n, err := e.store.CountSent(ctx, c.age, nil)
 			require.NoError(t, err)
 			assert.Equal(t, c.want, n, "older than %v", c.age)
 		}
-		n, err := e.store.CountSent(ctx, time.Minute, "acme")
+		n, err := e.store.CountSent(ctx, time.Minute, &outbox.PurgeOpts{Tenant: "acme"})
 		require.NoError(t, err)
 		assert.Zero(t, n, "acme has no sent row")
 		purged, err := e.store.PurgeSent(ctx, 58*time.Minute, nil)
 		require.NoError(t, err)
 		assert.Equal(t, int64(1), purged)
-		_, err = e.store.CountSent(ctx, -time.Second, "")
+		_, err = e.store.CountSent(ctx, -time.Second, nil)
+		assert.ErrorIs(t, err, outbox.ErrInvalidArgument)
+		_, err = e.store.PurgeSent(ctx, -time.Second, nil)
 		assert.ErrorIs(t, err, outbox.ErrInvalidArgument)
 	})
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/bentoevents/bento/internal/dialect"
 	"github.com/bentoevents/bento/internal/partition"
+	"github.com/bentoevents/bento/internal/purge"
 )
 
 // Interval is the time span of one partition of a partitioned table.
@@ -131,14 +132,8 @@ var table = partition.Table{
 // versions reserved for events created before end whose rows are gone.
 func freeKeys(ctx context.Context, db *gorm.DB, end time.Time) error {
 	for _, query := range []string{freeDedupKeysSQL, freeVersionsSQL} {
-		for {
-			res := db.WithContext(ctx).Exec(query, map[string]any{"end": end, "limit": 1000})
-			if res.Error != nil {
-				return res.Error
-			}
-			if res.RowsAffected < 1000 {
-				break
-			}
+		if _, err := purge.Batches(ctx, db, query, map[string]any{"end": end}, 0, func(err error) error { return err }); err != nil {
+			return err
 		}
 	}
 	return nil

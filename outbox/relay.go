@@ -13,6 +13,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/internal/dialect"
+	"github.com/bentoevents/bento/internal/purge"
 )
 
 // ErrInvalidClaim is returned for a claim or outcome with a missing worker,
@@ -390,51 +391,37 @@ func (s *Store) Requeue(ctx context.Context, f Filter, all bool) (int64, error) 
 	return res.RowsAffected, nil
 }
 
-// PurgeOpts narrow PurgeSent. A nil *PurgeOpts means all tenants and
-// batches of 1,000.
+// PurgeOpts narrow PurgeSent and CountSent. A nil *PurgeOpts means all
+// tenants and batches of 1,000.
 type PurgeOpts struct {
 	// Tenant restricts the purge to one tenant.
 	Tenant string
 	// BatchSize is how many rows one DELETE removes; each batch is its own
 	// short statement, so a purge never holds locks the relay needs for
-	// long. Defaults to 1,000.
+	// long. CountSent ignores it. Defaults to 1,000.
 	BatchSize int
 }
 
-// PurgeSent deletes sent rows published more than olderThan ago, batch by
-// batch, and returns how many it deleted. It stops early, returning what it
-// deleted so far, when ctx is done.
+// PurgeSent deletes sent rows published more than olderThan ago (by the
+// Store's clock), batch by batch, and returns how many it deleted. It stops
+// early, returning what it deleted so far, when ctx is done.
+//
+// Errors: [ErrInvalidArgument] for a negative olderThan, the context's
+// error, [ErrClosed], or the database error.
 func (s *Store) PurgeSent(ctx context.Context, olderThan time.Duration, opts *PurgeOpts) (int64, error) {
 	if olderThan < 0 {
-		return 0, fmt.Errorf("outbox: purge: negative age %v", olderThan)
+		return 0, fmt.Errorf("outbox: purge sent: %w: negative age %v", ErrInvalidArgument, olderThan)
 	}
 	if opts == nil {
 		opts = &PurgeOpts{}
-	}
-	batch := opts.BatchSize
-	if batch <= 0 {
-		batch = 1000
 	}
 	query := purgeSentSQL
 	if opts.Tenant != "" {
 		query += " AND tenant_id = @tenant"
 	}
 	query += purgeSentTail
-	args := map[string]any{
-		"before": s.clock.in(-olderThan), "limit": batch, "tenant": opts.Tenant,
-	}
-	var total int64
-	for {
-		if err := ctx.Err(); err != nil {
-			return total, err
-		}
-		res := s.db.WithContext(ctx).Exec(query, args)
-		if res.Error != nil {
-			return total, wrapDB("outbox: purge sent", res.Error)
-		}
-		total += res.RowsAffected
-		if res.RowsAffected < int64(batch) {
-			return total, nil
-		}
-	}
+	args := map[string]any{"before": s.clock.in(-olderThan), "tenant": opts.Tenant}
+	return purge.Batches(ctx, s.db, query, args, opts.BatchSize, func(err error) error {
+		return wrapDB("outbox: purge sent", err)
+	})
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
+	"github.com/bentoevents/bento/internal/clip"
 	"github.com/bentoevents/bento/tenant"
 )
 
@@ -43,7 +44,7 @@ func asError(reason, field, value string) error {
 	if reason == "" {
 		return nil
 	}
-	return &ValidationError{Field: field, Reason: fmt.Sprintf("%q %s", clip(value), reason), Err: ErrInvalidEvent}
+	return &ValidationError{Field: field, Reason: fmt.Sprintf("%q %s", clip.String(value), reason), Err: ErrInvalidEvent}
 }
 
 func checkTopic(t string) string {
@@ -93,20 +94,20 @@ func (s *Store) validate(m *Message) error {
 		return &ValidationError{EventID: m.ID, Topic: m.Topic, Field: field, Reason: reason, Err: sentinel}
 	}
 	if _, err := ulid.ParseStrict(m.ID); err != nil {
-		return bad("id", fmt.Sprintf("%q is not a ULID", clip(m.ID)), ErrInvalidEvent)
+		return bad("id", fmt.Sprintf("%q is not a ULID", clip.String(m.ID)), ErrInvalidEvent)
 	}
 	if err := tenant.Validate(m.TenantID); err != nil {
-		return bad("tenant_id", fmt.Sprintf("%q is invalid", clip(m.TenantID)), err)
+		return bad("tenant_id", fmt.Sprintf("%q is invalid", clip.String(m.TenantID)), err)
 	}
 	if r := checkTopic(m.Topic); r != "" {
-		return bad("topic", fmt.Sprintf("%q %s", clip(m.Topic), r), ErrInvalidEvent)
+		return bad("topic", fmt.Sprintf("%q %s", clip.String(m.Topic), r), ErrInvalidEvent)
 	}
 	if m.AggregateType != "" || m.AggregateID != "" {
 		if r := checkAggregateType(m.AggregateType); r != "" {
-			return bad("aggregate_type", fmt.Sprintf("%q %s", clip(m.AggregateType), r), ErrInvalidEvent)
+			return bad("aggregate_type", fmt.Sprintf("%q %s", clip.String(m.AggregateType), r), ErrInvalidEvent)
 		}
 		if r := checkPrintable(m.AggregateID, MaxAggregateIDLen); r != "" {
-			return bad("aggregate_id", fmt.Sprintf("%q %s", clip(m.AggregateID), r), ErrInvalidEvent)
+			return bad("aggregate_id", fmt.Sprintf("%q %s", clip.String(m.AggregateID), r), ErrInvalidEvent)
 		}
 	}
 	switch {
@@ -131,7 +132,7 @@ func (s *Store) validate(m *Message) error {
 			return bad("metadata", "has an empty key", ErrInvalidEvent)
 		}
 		if len(k) > MaxMetadataKeyLen {
-			return bad("metadata", fmt.Sprintf("key %q is longer than %d bytes", clip(k), MaxMetadataKeyLen), ErrInvalidEvent)
+			return bad("metadata", fmt.Sprintf("key %q is longer than %d bytes", clip.String(k), MaxMetadataKeyLen), ErrInvalidEvent)
 		}
 	}
 	if n := m.Metadata.headerBytes(); n > s.cfg.MaxMetadataBytes {
@@ -139,7 +140,7 @@ func (s *Store) validate(m *Message) error {
 	}
 	if m.DedupKey != nil {
 		if r := checkPrintable(*m.DedupKey, MaxDedupKeyLen); r != "" {
-			return bad("dedup_key", fmt.Sprintf("%q %s", clip(*m.DedupKey), r), ErrInvalidEvent)
+			return bad("dedup_key", fmt.Sprintf("%q %s", clip.String(*m.DedupKey), r), ErrInvalidEvent)
 		}
 	}
 	if m.OccurredAt.IsZero() {
@@ -169,11 +170,4 @@ func EncodePayload(v any) (JSON, error) {
 		}
 	}
 	return JSON(b), nil
-}
-
-func clip(s string) string {
-	if len(s) > 60 {
-		return s[:60] + "..."
-	}
-	return s
 }

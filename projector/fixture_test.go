@@ -175,18 +175,6 @@ func fastConfig() *projector.Config {
 	return cfg
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 var errBroker = errors.New("broker said no")
 
 func counterIDs(n int) []string {

@@ -71,7 +71,7 @@ func TestFailedOutcomeWriteKeepsTheSuccesses(t *testing.T) {
 		// the confirmed rows, had they stayed leased, would be too.
 		armed.Store(false)
 		rec.setFail(nil)
-		waitFor(t, 10*time.Second, "every event to be sent", func() bool {
+		testenv.WaitFor(t, 10*time.Second, "every event to be sent", func() bool {
 			_, err := p.Drain(ctx)
 			require.NoError(t, err)
 			return e.count(t, "status = 'sent'") == 4

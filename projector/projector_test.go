@@ -106,7 +106,7 @@ func TestPoisonEventGoesDead(t *testing.T) {
 		require.NoError(t, err)
 
 		var total projector.Result
-		waitFor(t, 10*time.Second, "the poisoned event to go dead", func() bool {
+		testenv.WaitFor(t, 10*time.Second, "the poisoned event to go dead", func() bool {
 			r, err := p.Drain(ctx)
 			require.NoError(t, err)
 			total.Published += r.Published
@@ -180,7 +180,7 @@ func TestFourProjectorsKeepAggregateOrder(t *testing.T) {
 				assert.NoError(t, p.Run(ctx))
 			}()
 		}
-		waitFor(t, 90*time.Second, "all 5,000 events to be sent", func() bool {
+		testenv.WaitFor(t, 90*time.Second, "all 5,000 events to be sent", func() bool {
 			return e.count(t, "status = 'sent'") == 5000
 		})
 		cancel()

@@ -167,18 +167,18 @@ func TestRabbitMQOutage(t *testing.T) {
 		defer func() { cancel(); <-done }()
 
 		before := e.commit(t, counterIDs(3), 2)
-		waitFor(t, 10*time.Second, "events before the outage", func() bool { return e.count(t, "status = 'sent'") == 6 })
+		testenv.WaitFor(t, 10*time.Second, "events before the outage", func() bool { return e.count(t, "status = 'sent'") == 6 })
 
 		proxy.Cut()
 		during := e.commit(t, []string{"d-1", "d-2", "d-3", "d-4"}, 5)
-		waitFor(t, 10*time.Second, "failed attempts with backoff during the outage", func() bool {
+		testenv.WaitFor(t, 10*time.Second, "failed attempts with backoff during the outage", func() bool {
 			return e.count(t, "status = 'failed' AND attempts > 0 AND last_error IS NOT NULL AND available_at > created_at") > 0
 		})
 		outageStarted := time.Now()
-		waitFor(t, 10*time.Second, "several seconds of outage", func() bool { return time.Since(outageStarted) > 3*time.Second })
+		testenv.WaitFor(t, 10*time.Second, "several seconds of outage", func() bool { return time.Since(outageStarted) > 3*time.Second })
 		proxy.Restore()
 
-		waitFor(t, 60*time.Second, "every event sent after the outage", func() bool {
+		testenv.WaitFor(t, 60*time.Second, "every event sent after the outage", func() bool {
 			return e.count(t, "status = 'sent'") == int64(len(before)+len(during))
 		})
 		assert.Equal(t, int64(0), e.count(t, "status = 'dead'"))
@@ -290,7 +290,7 @@ func TestCrashBetweenPublishAndMark(t *testing.T) {
 					_ = child.Wait()
 				}
 			}()
-			waitFor(t, 30*time.Second, "the child to publish", func() bool {
+			testenv.WaitFor(t, 30*time.Second, "the child to publish", func() bool {
 				b, _ := os.ReadFile(marker)
 				return len(b) > 0
 			})
@@ -311,7 +311,7 @@ func TestCrashBetweenPublishAndMark(t *testing.T) {
 			defer pub.Close()
 			p, err := projector.New(e.store, pub, fastConfig())
 			require.NoError(t, err)
-			waitFor(t, 30*time.Second, "the survivor to send everything", func() bool {
+			testenv.WaitFor(t, 30*time.Second, "the survivor to send everything", func() bool {
 				_, err := p.Drain(context.Background())
 				require.NoError(t, err)
 				return e.count(t, "status = 'sent'") == int64(len(events))
@@ -437,7 +437,7 @@ func TestRabbitMQFourProjectorsKeepOrder(t *testing.T) {
 			wg.Add(1)
 			go func() { defer wg.Done(); assert.NoError(t, p.Run(ctx)) }()
 		}
-		waitFor(t, 120*time.Second, "all 5,000 events to be sent", func() bool {
+		testenv.WaitFor(t, 120*time.Second, "all 5,000 events to be sent", func() bool {
 			return e.count(t, "status = 'sent'") == 5000
 		})
 		cancel()

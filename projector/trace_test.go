@@ -106,7 +106,7 @@ func TestPublishSpans(t *testing.T) {
 				cfg.TracerProvider = tp
 				p, err := projector.New(e.store, pub, cfg)
 				require.NoError(t, err)
-				waitFor(t, 10*time.Second, "both events published", func() bool {
+				testenv.WaitFor(t, 10*time.Second, "both events published", func() bool {
 					_, err := p.Drain(context.Background())
 					require.NoError(t, err)
 					return e.count(t, "aggregate_id = ? AND status = 'sent'", id) == 2

@@ -72,7 +72,7 @@ func TestNotifyWakesProjector(t *testing.T) {
 	p, err := projector.New(e.store, rec, cfg)
 	require.NoError(t, err)
 	runProjector(t, p)
-	waitFor(t, 10*time.Second, "the projector to listen", func() bool { return listenerPID(t, db, p) != 0 })
+	testenv.WaitFor(t, 10*time.Second, "the projector to listen", func() bool { return listenerPID(t, db, p) != 0 })
 
 	lat := latencies(t, e, rec, 7)
 	t.Logf("commit -> publish latencies: %v", lat)
@@ -83,7 +83,7 @@ func TestNotifyWakesProjector(t *testing.T) {
 	// next commit still wakes it long before the poll.
 	old := listenerPID(t, db, p)
 	require.NoError(t, db.Exec("SELECT pg_terminate_backend(?)", old).Error)
-	waitFor(t, 10*time.Second, "a new listening connection", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "a new listening connection", func() bool {
 		pid := listenerPID(t, db, p)
 		return pid != 0 && pid != old
 	})
@@ -241,7 +241,7 @@ func TestBusyAndIdleFlipsLoseNoWakeUp(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
-	waitFor(t, 10*time.Second, "the projector to listen", func() bool { return listenerPID(t, db, p) != 0 })
+	testenv.WaitFor(t, 10*time.Second, "the projector to listen", func() bool { return listenerPID(t, db, p) != 0 })
 
 	var wg sync.WaitGroup
 	committed := make(chan []string, writers*rounds)
@@ -274,7 +274,7 @@ func TestBusyAndIdleFlipsLoseNoWakeUp(t *testing.T) {
 	}
 
 	var idle []bool
-	waitFor(t, 5*time.Second, "the projector to record itself idle", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "the projector to record itself idle", func() bool {
 		require.NoError(t, db.Raw("SELECT idle FROM bento_outbox_relays WHERE worker_id = ?", p.WorkerID()).Scan(&idle).Error)
 		return len(idle) == 1 && idle[0]
 	})
@@ -324,7 +324,7 @@ func TestLongWriterHoldsUpNobody(t *testing.T) {
 	require.NoError(t, err)
 
 	runProjector(t, p)
-	waitFor(t, 10*time.Second, "the projector to listen and record itself idle", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the projector to listen and record itself idle", func() bool {
 		var idle []bool
 		require.NoError(t, db.Raw("SELECT idle FROM bento_outbox_relays WHERE worker_id = ?", p.WorkerID()).Scan(&idle).Error)
 		return listenerPID(t, db, p) != 0 && len(idle) == 1 && idle[0]

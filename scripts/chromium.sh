@@ -6,7 +6,9 @@
 # browser tests then skip).
 set -euo pipefail
 
-log() { echo "chromium: $*" >&2; }
+tool=chromium
+# shellcheck source=scripts/apt.sh
+source "$(dirname "${BASH_SOURCE[0]}")/apt.sh"
 
 if [[ -n "${BENTO_CHROMIUM:-}" && -x "${BENTO_CHROMIUM}" ]]; then
 	log "using ${BENTO_CHROMIUM}"
@@ -17,21 +19,7 @@ if [[ -x /usr/bin/chromium ]]; then
 	exit 0
 fi
 
-if [[ $(id -u) -eq 0 ]]; then
-	sudo=()
-elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
-	sudo=(sudo -n)
-else
-	log "/usr/bin/chromium is missing and apt-get needs root: run 'apt-get install -y chromium' as root"
-	[[ -z "${CI:-}" ]] || exit 1
-	exit 0
-fi
-
-export DEBIAN_FRONTEND=noninteractive
+apt_privileges /usr/bin/chromium chromium
 log "installing chromium with apt-get"
-if ! "${sudo[@]}" apt-get install -y --no-install-recommends chromium; then
-	# The package lists may be missing or stale on a fresh machine.
-	"${sudo[@]}" apt-get update
-	"${sudo[@]}" apt-get install -y --no-install-recommends chromium
-fi
+apt_install chromium
 log "installed: $(/usr/bin/chromium --version 2>/dev/null || echo /usr/bin/chromium)"

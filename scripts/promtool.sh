@@ -8,7 +8,9 @@
 # skips).
 set -euo pipefail
 
-log() { echo "promtool: $*" >&2; }
+tool=promtool
+# shellcheck source=scripts/apt.sh
+source "$(dirname "${BASH_SOURCE[0]}")/apt.sh"
 
 if [[ -n "${BENTO_PROMTOOL:-}" && -x "${BENTO_PROMTOOL}" ]]; then
 	log "using ${BENTO_PROMTOOL}"
@@ -19,17 +21,8 @@ if command -v promtool >/dev/null; then
 	exit 0
 fi
 
-if [[ $(id -u) -eq 0 ]]; then
-	sudo=()
-elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
-	sudo=(sudo -n)
-else
-	log "promtool is missing and apt-get needs root: run 'apt-get install -y prometheus' as root"
-	[[ -z "${CI:-}" ]] || exit 1
-	exit 0
-fi
+apt_privileges promtool prometheus
 
-export DEBIAN_FRONTEND=noninteractive
 # The package would start its server where an init system runs; keep it
 # from doing so: only promtool is wanted.
 policy=/usr/sbin/policy-rc.d
@@ -40,10 +33,6 @@ if [[ ! -e $policy ]]; then
 	created_policy=1
 fi
 log "installing prometheus (for promtool) with apt-get"
-if ! "${sudo[@]}" apt-get install -y --no-install-recommends prometheus; then
-	# The package lists may be missing or stale on a fresh machine.
-	"${sudo[@]}" apt-get update
-	"${sudo[@]}" apt-get install -y --no-install-recommends prometheus
-fi
+apt_install prometheus
 [[ -z $created_policy ]] || "${sudo[@]}" rm -f "$policy"
 log "installed: $(promtool --version 2>&1 | head -1)"

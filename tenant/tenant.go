@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+
+	"github.com/bentoevents/bento/internal/clip"
 )
 
 // Default is the tenant id used when none is given.
@@ -31,9 +33,9 @@ func Validate(id string) error {
 	case id == "":
 		return fmt.Errorf("%w: empty", ErrInvalid)
 	case len(id) > MaxLen:
-		return fmt.Errorf("%w: %q is longer than %d characters", ErrInvalid, truncate(id), MaxLen)
+		return fmt.Errorf("%w: %q is longer than %d characters", ErrInvalid, clip.String(id), MaxLen)
 	case !pattern.MatchString(id):
-		return fmt.Errorf("%w: %q must be ASCII letters, digits, '_', '-' or '.', starting with a letter or digit", ErrInvalid, truncate(id))
+		return fmt.Errorf("%w: %q must be ASCII letters, digits, '_', '-' or '.', starting with a letter or digit", ErrInvalid, clip.String(id))
 	}
 	return nil
 }
@@ -70,11 +72,4 @@ func Resolve(ctx context.Context, explicit, fallback string) (string, error) {
 		return "", err
 	}
 	return id, nil
-}
-
-func truncate(s string) string {
-	if len(s) > 40 {
-		return s[:40] + "..."
-	}
-	return s
 }

@@ -69,12 +69,9 @@ func (c *cli) deadLetterTarget(fs *flag.FlagSet, f deadLetterFlags, ids []string
 	if *f.group == "" {
 		return nil, out, usagef("--group is required")
 	}
-	if a := *f.aggregate; a != "" {
-		typ, id, _ := strings.Cut(a, "/")
-		if typ == "" {
-			return nil, out, usagef("bad --aggregate %q: want TYPE or TYPE/ID", a)
-		}
-		out.AggregateType, out.AggregateID = typ, id
+	var err error
+	if out.AggregateType, out.AggregateID, err = parseAggregate(*f.aggregate); err != nil {
+		return nil, out, err
 	}
 	explicit := false
 	fs.Visit(func(fl *flag.Flag) { explicit = explicit || fl.Name == "exchange" })
@@ -92,11 +89,7 @@ func describeDead(group string, f consumer.DeadFilter) string {
 		parts = append(parts, "event type "+f.EventType)
 	}
 	if f.AggregateType != "" {
-		a := "aggregate " + f.AggregateType
-		if f.AggregateID != "" {
-			a += "/" + f.AggregateID
-		}
-		parts = append(parts, a)
+		parts = append(parts, describeAggregate(f.AggregateType, f.AggregateID))
 	}
 	if f.Cause != "" {
 		parts = append(parts, "cause "+f.Cause)
@@ -303,6 +296,7 @@ func deadAggregate(d consumer.DeadLetter) string {
 	return d.AggregateType + "/" + d.AggregateID
 }
 
+// orDash returns s, or "-" for an empty s.
 func orDash(s string) string {
 	if s == "" {
 		return "-"
@@ -310,6 +304,7 @@ func orDash(s string) string {
 	return s
 }
 
+// timeOrDashValue formats t in RFC 3339 UTC, or "-" for the zero time.
 func timeOrDashValue(t time.Time) string {
 	if t.IsZero() {
 		return "-"

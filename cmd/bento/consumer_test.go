@@ -3,33 +3,17 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/consumer"
-	"github.com/bentoevents/bento/inbox"
+	"github.com/bentoevents/bento/internal/deadfixture"
 	"github.com/bentoevents/bento/internal/testenv"
-	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
-	"github.com/bentoevents/bento/uow"
 )
-
-type skuOrdered struct {
-	SKU string `json:"sku"`
-}
-
-func (skuOrdered) EventType() string { return "sku.ordered" }
-
-// applied is what the test consumer writes per event it applies.
-type applied struct {
-	MessageID string `gorm:"primaryKey"`
-}
 
 // TestConsumerDeadLettersThroughTheBinary: a consumer whose handler fails
 // for good sends two events to its dead letters; the bento binary lists
@@ -41,44 +25,9 @@ func TestConsumerDeadLettersThroughTheBinary(t *testing.T) {
 	t.Parallel()
 	ex := testenv.NewExchange(t)
 	db, _ := testenv.Postgres(t)
-	ctx := context.Background()
-	require.NoError(t, outbox.Migrate(ctx, db))
-	require.NoError(t, inbox.Migrate(ctx, db))
-	require.NoError(t, db.AutoMigrate(&applied{}))
-	group := "cli" + aggregate.NewID()[18:]
-	ex.Queues(consumer.DeadLetterQueue(group))
-	ex.Partitioned(group, 2)
-	amqpCfg := &messaging.AMQPConfig{URL: ex.URL, Exchange: ex.Name}
-	cfg := consumer.DefaultConfig(group)
-	cfg.Partitions, cfg.DisableHoldBack = 2, true
-	c, err := consumer.NewAMQP(ctx, db, amqpCfg, cfg)
-	require.NoError(t, err)
-	var fixed atomic.Bool
-	require.NoError(t, consumer.Handle(c, func(ctx context.Context, e skuOrdered, env *messaging.Envelope) error {
-		if !fixed.Load() {
-			return consumer.Permanent(errors.New("unknown sku " + e.SKU))
-		}
-		return uow.DB(ctx, nil).Create(&applied{MessageID: env.ID}).Error
-	}))
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- c.Run(runCtx) }()
-	t.Cleanup(func() { stop(); <-done })
-	<-c.Running()
-
-	pub, err := messaging.NewAMQPPublisher(amqpCfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = pub.Close() })
-	var ids []string
-	for i, sku := range []string{"kiwi", "fig"} {
-		body, _ := json.Marshal(skuOrdered{SKU: sku})
-		m, err := messaging.NewMessage(&outbox.Message{ID: aggregate.NewID(), TenantID: "default", Topic: "sku.ordered",
-			AggregateType: "sku", AggregateID: sku, AggregateVersion: int64(i + 1), SchemaVersion: 1, Payload: body,
-			OccurredAt: time.Now().UTC()})
-		require.NoError(t, err)
-		require.NoError(t, pub.Publish("sku.ordered", m))
-		ids = append(ids, m.UUID)
-	}
+	require.NoError(t, outbox.Migrate(context.Background(), db))
+	f := deadfixture.Start(t, db, ex, "cli")
+	group, ids := f.Group, f.IDs
 
 	env := []string{"AMQP_URL=" + ex.URL, "BENTO_EXCHANGE=" + ex.Name}
 	list := func(args ...string) []deadLetterRow {
@@ -89,10 +38,7 @@ func TestConsumerDeadLettersThroughTheBinary(t *testing.T) {
 		require.NoError(t, json.Unmarshal([]byte(r.stdout), &rows), r.stdout)
 		return rows
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for len(list()) < 2 && time.Now().Before(deadline) {
-		time.Sleep(200 * time.Millisecond)
-	}
+	testenv.Poll(30*time.Second, func() bool { return len(list()) >= 2 })
 	rows := list()
 	require.Len(t, rows, 2)
 	assert.Equal(t, consumer.CausePermanent, rows[0].Cause)
@@ -118,19 +64,12 @@ func TestConsumerDeadLettersThroughTheBinary(t *testing.T) {
 	assert.Contains(t, r.stdout, "would replay 1")
 	assert.Len(t, list(), 2, "a dry run changes nothing")
 
-	fixed.Store(true)
+	f.Fix()
 	r = bentoEnv(t, env, "", "consumer", "dead", "replay", ids[0], "--group", group, "--yes")
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Contains(t, r.stdout, "replayed 1")
-	countApplied := func() int64 {
-		var n int64
-		require.NoError(t, db.Model(&applied{}).Count(&n).Error)
-		return n
-	}
-	deadline = time.Now().Add(20 * time.Second)
-	for countApplied() < 1 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
+	countApplied := func() int64 { return f.Applied(t) }
+	testenv.Poll(20*time.Second, func() bool { return countApplied() >= 1 })
 	assert.Equal(t, int64(1), countApplied(), "the replayed event applied")
 
 	r = bentoEnv(t, env, "n\n", "consumer", "dead", "discard", "--cause", "permanent", "--group", group)

@@ -51,14 +51,9 @@ func addFilterFlags(fs *flag.FlagSet) filterFlags {
 // filter builds the outbox filter from the flags and the ids.
 func (f filterFlags) filter(ids []string) (outbox.Filter, error) {
 	out := outbox.Filter{IDs: ids, Tenant: *f.tenant, Topic: *f.topic}
-	if a := *f.aggregate; a != "" {
-		typ, id, _ := strings.Cut(a, "/")
-		if typ == "" {
-			return out, usagef("bad --aggregate %q: want TYPE or TYPE/ID", a)
-		}
-		out.AggregateType, out.AggregateID = typ, id
-	}
-	return out, nil
+	var err error
+	out.AggregateType, out.AggregateID, err = parseAggregate(*f.aggregate)
+	return out, err
 }
 
 // describe says in words which rows f selects.
@@ -74,11 +69,7 @@ func describe(f outbox.Filter) string {
 		parts = append(parts, "topic "+f.Topic)
 	}
 	if f.AggregateType != "" {
-		a := "aggregate " + f.AggregateType
-		if f.AggregateID != "" {
-			a += "/" + f.AggregateID
-		}
-		parts = append(parts, a)
+		parts = append(parts, describeAggregate(f.AggregateType, f.AggregateID))
 	}
 	if len(parts) == 0 {
 		return "all dead events"
@@ -283,11 +274,12 @@ func aggregateOf(m *outbox.Message) string {
 	return fmt.Sprintf("%s/%s@%d", m.AggregateType, m.AggregateID, m.AggregateVersion)
 }
 
+// timeOrDash is timeOrDashValue for an optional time: "-" when nil.
 func timeOrDash(t *time.Time) string {
 	if t == nil {
 		return "-"
 	}
-	return t.UTC().Format(time.RFC3339)
+	return timeOrDashValue(*t)
 }
 
 func deref(s *string) string {

@@ -113,6 +113,28 @@ func parseAge(s string) (time.Duration, error) {
 	return days + d, nil
 }
 
+// parseAggregate splits the value of an --aggregate flag, TYPE or TYPE/ID;
+// an empty value selects no aggregate.
+func parseAggregate(a string) (typ, id string, err error) {
+	if a == "" {
+		return "", "", nil
+	}
+	typ, id, _ = strings.Cut(a, "/")
+	if typ == "" {
+		return "", "", usagef("bad --aggregate %q: want TYPE or TYPE/ID", a)
+	}
+	return typ, id, nil
+}
+
+// describeAggregate says in words the aggregate an --aggregate flag
+// selects.
+func describeAggregate(typ, id string) string {
+	if id == "" {
+		return "aggregate " + typ
+	}
+	return "aggregate " + typ + "/" + id
+}
+
 // humanAge prints an age rounded for people: 3d4h, 5h12m, 4m3s, 850ms.
 func humanAge(d time.Duration) string {
 	switch {

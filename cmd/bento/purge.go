@@ -71,12 +71,11 @@ func (c *cli) purge(ctx context.Context, args []string) error {
 		return err
 	}
 	defer done()
+	opts := &outbox.PurgeOpts{Tenant: *tenant, BatchSize: *p.batch}
 	what := fmt.Sprintf("sent outbox rows published more than %s ago", humanAge(age.d))
 	return c.purgeRun(p, what,
-		func() (int64, error) { return st.CountSent(ctx, age.d, *tenant) },
-		func() (int64, error) {
-			return st.PurgeSent(ctx, age.d, &outbox.PurgeOpts{Tenant: *tenant, BatchSize: *p.batch})
-		})
+		func() (int64, error) { return st.CountSent(ctx, age.d, opts) },
+		func() (int64, error) { return st.PurgeSent(ctx, age.d, opts) })
 }
 
 func (c *cli) inbox(ctx context.Context, args []string) error {
@@ -121,7 +120,8 @@ func (c *cli) idempotency(ctx context.Context, args []string) error {
 	}
 	defer closeAll(db)
 	now := time.Now()
+	opts := &idempotency.PurgeOpts{BatchSize: *p.batch, Now: func() time.Time { return now }}
 	return c.purgeRun(p, "expired idempotency keys",
-		func() (int64, error) { return idempotency.CountExpired(ctx, db, now) },
-		func() (int64, error) { return idempotency.Purge(ctx, db, now, *p.batch) })
+		func() (int64, error) { return idempotency.CountExpired(ctx, db, 0, opts) },
+		func() (int64, error) { return idempotency.Purge(ctx, db, 0, opts) })
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bentoevents/bento/examples/minishop/order"
+	"github.com/bentoevents/bento/internal/testenv"
 )
 
 // TestBadOrdersAreRefused sends the running binary orders a careless API
@@ -93,7 +94,7 @@ func TestBadOrdersAreRefused(t *testing.T) {
 	ok := call(t, "POST", p.url+"/orders", orderOf("c1", item("tea", "2")), map[string]string{"Content-Type": "application/json; charset=utf-8"})
 	require.Equal(t, http.StatusCreated, ok.status, "%s", ok.body)
 	id := ok.json(t)["id"].(string)
-	waitFor(t, 10*time.Second, "the good order's reservation", func() bool { return reserved(t, p.url, "tea") == 2 })
+	testenv.WaitFor(t, 10*time.Second, "the good order's reservation", func() bool { return reserved(t, p.url, "tea") == 2 })
 	assert.Zero(t, reserved(t, p.url, "coffee"), "no refused order reached the consumers")
 	assert.Equal(t, float64(1200), call(t, "GET", p.url+"/orders/"+id, "", nil).json(t)["total_cents"])
 }

@@ -121,24 +121,20 @@ func TestRelayKilledOnPostgresAndRabbitMQ(t *testing.T) {
 	// the invariants alone can pass too early: an order placed and
 	// cancelled whose reservation and release are both still in flight
 	// leaves the sums right for a moment.
-	deadline := time.Now().Add(120 * time.Second)
-	for {
+	settled := testenv.Poll(120*time.Second, func() bool {
 		var pending int64
 		require.NoError(t, db.Table("outbox_events").Where("status <> 'sent'").Count(&pending).Error)
-		if pending == 0 && caughtUp(t, db) && checkInvariants(t, db, false) {
-			break
+		return pending == 0 && caughtUp(t, db) && checkInvariants(t, db, false)
+	})
+	if !settled {
+		var statuses []struct {
+			Status string
+			Topic  string
+			N      int64
 		}
-		if time.Now().After(deadline) {
-			var statuses []struct {
-				Status string
-				Topic  string
-				N      int64
-			}
-			db.Table("outbox_events").Select("status, topic, count(*) AS n").Group("status, topic").Scan(&statuses)
-			checkInvariants(t, db, true)
-			t.Fatalf("not settled after 120s; outbox %+v\nrelay log:\n%s", statuses, relay.log())
-		}
-		time.Sleep(50 * time.Millisecond)
+		db.Table("outbox_events").Select("status, topic, count(*) AS n").Group("status, topic").Scan(&statuses)
+		checkInvariants(t, db, true)
+		t.Fatalf("not settled after 120s; outbox %+v\nrelay log:\n%s", statuses, relay.log())
 	}
 	checkInvariants(t, db, true)
 	var dead int64

@@ -147,17 +147,6 @@ func do(t *testing.T, req *http.Request) response {
 	return response{status: res.StatusCode, header: res.Header, body: b}
 }
 
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // startEmbedded starts minishop on a fresh SQLite file and the in-memory bus.
 func startEmbedded(t *testing.T) *proc {
 	t.Helper()
@@ -211,7 +200,7 @@ func TestHappyPathOnTheEmbeddedDefault(t *testing.T) {
 	require.Equal(t, 200, got.status)
 	assert.Equal(t, placed, got.json(t))
 
-	waitFor(t, 10*time.Second, "stock reserved", func() bool { return reserved(t, p.url, "apple") == 2 })
+	testenv.WaitFor(t, 10*time.Second, "stock reserved", func() bool { return reserved(t, p.url, "apple") == 2 })
 	assert.Equal(t, 1.0, reserved(t, p.url, "coffee"))
 	inv := call(t, "GET", p.url+"/inventory/apple", "", nil).json(t)
 	assert.Equal(t, 1_000_000.0, inv["on_hand"])
@@ -219,17 +208,17 @@ func TestHappyPathOnTheEmbeddedDefault(t *testing.T) {
 	r = call(t, "POST", p.url+"/orders/"+id+"/pay", "", nil)
 	require.Equal(t, 200, r.status, "%s", r.body)
 	assert.Equal(t, "paid", r.json(t)["status"])
-	waitFor(t, 10*time.Second, "the notification", func() bool { return len(notifications(t, p.url, id)) == 1 })
+	testenv.WaitFor(t, 10*time.Second, "the notification", func() bool { return len(notifications(t, p.url, id)) == 1 })
 	note := notifications(t, p.url, id)[0].(map[string]any)
 	assert.Equal(t, "c1", note["customer_id"])
 	assert.Equal(t, 2.0, reserved(t, p.url, "apple"), "a paid order keeps its reservation")
 
 	other := call(t, "POST", p.url+"/orders", `{"customer_id":"c2","items":[{"sku":"apple","qty":5}]}`, nil).json(t)
-	waitFor(t, 10*time.Second, "the second reservation", func() bool { return reserved(t, p.url, "apple") == 7 })
+	testenv.WaitFor(t, 10*time.Second, "the second reservation", func() bool { return reserved(t, p.url, "apple") == 7 })
 	r = call(t, "POST", p.url+"/orders/"+other["id"].(string)+"/cancel", "", nil)
 	require.Equal(t, 200, r.status)
 	assert.Equal(t, "cancelled", r.json(t)["status"])
-	waitFor(t, 10*time.Second, "the release", func() bool { return reserved(t, p.url, "apple") == 2 })
+	testenv.WaitFor(t, 10*time.Second, "the release", func() bool { return reserved(t, p.url, "apple") == 2 })
 	assert.Empty(t, notifications(t, p.url, other["id"].(string)), "no notification for an unpaid order")
 
 	assert.Equal(t, 200, call(t, "GET", p.url+"/healthz", "", nil).status)
@@ -292,7 +281,7 @@ func TestIdempotencyKeys(t *testing.T) {
 	assert.Equal(t, string(first.body), string(again.body), "the stored response is replayed")
 	assert.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
 	assert.Equal(t, first.header.Get("Location"), again.header.Get("Location"))
-	waitFor(t, 10*time.Second, "the reservation", func() bool { return reserved(t, p.url, "banana") == 3 })
+	testenv.WaitFor(t, 10*time.Second, "the reservation", func() bool { return reserved(t, p.url, "banana") == 3 })
 
 	conflict := call(t, "POST", p.url+"/orders", `{"customer_id":"c9","items":[{"sku":"banana","qty":4}]}`, key)
 	assert.Equal(t, 409, conflict.status)
@@ -304,7 +293,7 @@ func TestIdempotencyKeys(t *testing.T) {
 	replay := call(t, "POST", p.url+"/orders/"+id+"/pay", "", payKey)
 	assert.Equal(t, 200, replay.status, "a replayed payment is not a second payment: %s", replay.body)
 	assert.Equal(t, "true", replay.header.Get("Idempotent-Replayed"))
-	waitFor(t, 10*time.Second, "the notification", func() bool { return len(notifications(t, p.url, id)) == 1 })
+	testenv.WaitFor(t, 10*time.Second, "the notification", func() bool { return len(notifications(t, p.url, id)) == 1 })
 
 	assert.Equal(t, 400, call(t, "POST", p.url+"/orders", body, map[string]string{"Idempotency-Key": strings.Repeat("k", 256)}).status)
 	assert.Equal(t, 400, call(t, "POST", p.url+"/orders", body, map[string]string{"Idempotency-Key": "caf\u00e9"}).status)

@@ -99,16 +99,12 @@ func TestDashboardAndAlertsUseExportedMetrics(t *testing.T) {
 	require.Equal(t, 201, placed.status, "%s", placed.body)
 	id := placed.json(t)["id"].(string)
 	require.Equal(t, 200, call(t, "POST", p.url+"/orders/"+id+"/pay", "", nil).status)
-	waitFor(t, 30*time.Second, "the notification", func() bool { return len(notifications(t, p.url, id)) == 1 })
+	testenv.WaitFor(t, 30*time.Second, "the notification", func() bool { return len(notifications(t, p.url, id)) == 1 })
 
 	// The gauges read from the database and the broker refresh at start,
 	// the histograms fill as messages are handled: give them a moment.
 	var lacking []string
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		if lacking = missing(used, families(t, p.url)); len(lacking) == 0 || time.Now().After(deadline) {
-			break
-		}
-	}
+	testenv.Poll(30*time.Second, func() bool { lacking = missing(used, families(t, p.url)); return len(lacking) == 0 })
 	assert.Empty(t, lacking, "used by deploy/ but not exported by minishop")
 
 	doc, err := os.ReadFile(operations)

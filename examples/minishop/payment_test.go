@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/bentoevents/bento/internal/testenv"
 )
 
 // TestDeclinedCardLeavesTheOrderPayable pays an order with the declined
@@ -28,7 +30,7 @@ func TestDeclinedCardLeavesTheOrderPayable(t *testing.T) {
 	require.Equal(t, http.StatusPaymentRequired, declined.status, "%s", declined.body)
 	assert.Equal(t, "application/problem+json", declined.header.Get("Content-Type"))
 	assert.Equal(t, "placed", call(t, "GET", p.url+"/orders/"+id, "", nil).json(t)["status"], "still payable")
-	waitFor(t, 10*time.Second, "the declined-payment notification", func() bool { return len(notifications(t, p.url, id)) == 1 })
+	testenv.WaitFor(t, 10*time.Second, "the declined-payment notification", func() bool { return len(notifications(t, p.url, id)) == 1 })
 	note := notifications(t, p.url, id)[0].(map[string]any)
 	assert.Contains(t, note["text"], "declined")
 
@@ -48,7 +50,7 @@ func TestDeclinedCardLeavesTheOrderPayable(t *testing.T) {
 	paid := call(t, "POST", pay, `{"card":"4242-4242-4242-4242"}`, nil)
 	require.Equal(t, 200, paid.status, "%s", paid.body)
 	assert.Equal(t, "paid", paid.json(t)["status"])
-	waitFor(t, 10*time.Second, "the payment notification", func() bool { return len(notifications(t, p.url, id)) == 2 })
+	testenv.WaitFor(t, 10*time.Second, "the payment notification", func() bool { return len(notifications(t, p.url, id)) == 2 })
 	texts := []string{}
 	for _, n := range notifications(t, p.url, id) {
 		texts = append(texts, n.(map[string]any)["text"].(string))

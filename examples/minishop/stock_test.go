@@ -10,6 +10,7 @@ import (
 
 	"github.com/bentoevents/bento/examples/minishop/inventory"
 	"github.com/bentoevents/bento/examples/minishop/order"
+	"github.com/bentoevents/bento/internal/testenv"
 )
 
 // TestStockNeverGoesNegative orders, through the running binary, one more
@@ -32,7 +33,7 @@ func TestStockNeverGoesNegative(t *testing.T) {
 	}
 
 	var cancelled []string
-	waitFor(t, 20*time.Second, "every order reserved or cancelled", func() bool {
+	testenv.WaitFor(t, 20*time.Second, "every order reserved or cancelled", func() bool {
 		cancelled = cancelled[:0]
 		for _, id := range ids {
 			if call(t, "GET", p.url+"/orders/"+id, "", nil).json(t)["status"] == order.StatusCancelled {
@@ -45,7 +46,7 @@ func TestStockNeverGoesNegative(t *testing.T) {
 
 	rejected := call(t, "GET", p.url+"/orders/"+cancelled[0], "", nil).json(t)
 	assert.Contains(t, rejected["cancel_reason"], "out of stock")
-	waitFor(t, 10*time.Second, "the customer's notification", func() bool { return len(notifications(t, p.url, cancelled[0])) == 1 })
+	testenv.WaitFor(t, 10*time.Second, "the customer's notification", func() bool { return len(notifications(t, p.url, cancelled[0])) == 1 })
 	note := notifications(t, p.url, cancelled[0])[0].(map[string]any)
 	assert.Contains(t, note["text"], "cancelled")
 	assert.Equal(t, 409, call(t, "POST", p.url+"/orders/"+cancelled[0]+"/pay", "", nil).status, "a rejected order cannot be paid")

@@ -187,7 +187,8 @@ func openBus(ctx context.Context, cfg config, topics ...string) (*bus, func(), e
 var errUnplugged = errors.New("quickstart: the broker is unplugged")
 
 // breakable fails every publish until its deadline, as a broker that
-// cannot be reached would.
+// cannot be reached would. The deadline is set before the projector
+// starts, so the break is measured from the first publish.
 type breakable struct {
 	message.Publisher
 	until time.Time
@@ -223,11 +224,8 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	}
 	defer closeBus()
 	pcfg := &projector.Config{BackoffFloor: 500 * time.Millisecond, Logger: cfg.Log}
-	stack, err := embedded.Open(ctx, &embedded.Config{
-		DB:        db,
-		Publisher: &breakable{Publisher: b.pub, until: time.Now().Add(cfg.BreakFor)},
-		Projector: pcfg,
-	})
+	brk := &breakable{Publisher: b.pub}
+	stack, err := embedded.Open(ctx, &embedded.Config{DB: db, Publisher: brk, Projector: pcfg})
 	if err != nil {
 		return err
 	}
@@ -271,6 +269,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	}
 
 	// 3. The projector relays what was committed, from now on.
+	brk.until = time.Now().Add(cfg.BreakFor)
 	relayed := make(chan error, 1)
 	running.Go(func() { relayed <- stack.Projector.Run(ctx) })
 	if cfg.BreakFor > 0 {

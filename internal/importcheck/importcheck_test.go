@@ -27,6 +27,16 @@ var allowed = map[string]map[string]string{
 	},
 	"internal/testenv": {
 		"messaging": "partition queue names come from messaging.PartitionQueue, the one place that forms them",
+	}, // deadfixture is a test fixture: the failing consumer the dead-letter
+	// tests of cmd/bento and console share. It drives the public API as a
+	// user's consumer would; no library package imports it.
+	"internal/deadfixture": {
+		"aggregate": "the fixture's event ids and aggregate ids",
+		"consumer":  "it runs a partitioned consumer whose handler fails for good",
+		"inbox":     "it creates the inbox tables the consumer writes",
+		"messaging": "it publishes the fixture's events over AMQP",
+		"outbox":    "it builds the events as outbox rows, as the relay does",
+		"uow":       "the fixed handler writes through the inbox transaction",
 	},
 }
 

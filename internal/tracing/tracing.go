@@ -20,6 +20,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/bentoevents/bento/internal/clip"
 )
 
 // ScopeName is the instrumentation scope of bento's spans.
@@ -124,7 +126,7 @@ func (t Tracing) StartFrom(ctx context.Context, md map[string]string, name strin
 	ctx, span := t.start(parent, name, kind)
 	if tp := md[KeyTraceparent]; tp != "" && span.IsRecording() {
 		if sc := trace.SpanContextFromContext(parent); !sc.IsValid() || !sc.IsRemote() {
-			span.AddEvent(EventInvalidTraceparent, trace.WithAttributes(AttrTraceparent.String(clip(tp))))
+			span.AddEvent(EventInvalidTraceparent, trace.WithAttributes(AttrTraceparent.String(clip.String(tp))))
 		}
 	}
 	return ctx, span
@@ -158,13 +160,4 @@ func End(span trace.Span, err error) {
 // that recovered p and will panic again.
 func EndPanic(span trace.Span, p any) {
 	End(span, fmt.Errorf("panic: %v", p))
-}
-
-// clip bounds a foreign value recorded as an attribute.
-func clip(s string) string {
-	const max = 256
-	if len(s) > max {
-		return s[:max]
-	}
-	return s
 }
