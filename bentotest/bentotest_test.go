@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/oklog/ulid/v2"
+	"gorm.io/gorm"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -91,8 +92,8 @@ func TestCommandDrainAssert(t *testing.T) {
 	start := time.Now()
 	env := open(t)
 	accounting := env.MustConsumer(t, "accounting")
-	require.NoError(t, consumer.Handle(accounting, func(ctx context.Context, e Deposited, m *messaging.Envelope) error {
-		if err := uow.DB(ctx, nil).Create(&Ledger{EventID: m.ID, Kind: "deposit"}).Error; err != nil {
+	require.NoError(t, consumer.Handle(accounting, func(ctx context.Context, tx *gorm.DB, e Deposited, m *messaging.Envelope) error {
+		if err := tx.Create(&Ledger{EventID: m.ID, Kind: "deposit"}).Error; err != nil {
 			return err
 		}
 		// Emit a follow-up event through a unit of work (it joins the inbox tx).
@@ -106,8 +107,8 @@ func TestCommandDrainAssert(t *testing.T) {
 		})
 	}))
 	mail := env.MustConsumer(t, "mail")
-	require.NoError(t, consumer.Handle(mail, func(ctx context.Context, e Thanked, m *messaging.Envelope) error {
-		return uow.DB(ctx, nil).Create(&Ledger{EventID: m.ID, Kind: "thanks"}).Error
+	require.NoError(t, consumer.Handle(mail, func(ctx context.Context, tx *gorm.DB, e Thanked, m *messaging.Envelope) error {
+		return tx.Create(&Ledger{EventID: m.ID, Kind: "thanks"}).Error
 	}))
 	env.Start(t, accounting)
 	env.Start(t, mail)
@@ -182,8 +183,8 @@ func TestRequireAppliedOnce(t *testing.T) {
 	t.Parallel()
 	env := open(t)
 	c := env.MustConsumer(t, "accounting")
-	require.NoError(t, consumer.Handle(c, func(ctx context.Context, e Deposited, m *messaging.Envelope) error {
-		return uow.DB(ctx, nil).Create(&Ledger{EventID: m.ID, Kind: "deposit"}).Error
+	require.NoError(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e Deposited, m *messaging.Envelope) error {
+		return tx.Create(&Ledger{EventID: m.ID, Kind: "deposit"}).Error
 	}))
 	env.Start(t, c)
 	msg := env.Message(t, Deposited{AccountID: "acc-1", Amount: 1}, &bentotest.MessageOpts{AggregateType: "account", AggregateID: "acc-1", AggregateVersion: 1})

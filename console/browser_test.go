@@ -409,7 +409,7 @@ func TestBrowserConsumerDeadLetters(t *testing.T) {
 	c, err := consumer.NewAMQP(ctx, db, amqpCfg, ccfg)
 	require.NoError(t, err)
 	var fixed atomic.Bool
-	require.NoError(t, consumer.Handle(c, func(ctx context.Context, e skuOrdered, env *messaging.Envelope) error {
+	require.NoError(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e skuOrdered, env *messaging.Envelope) error {
 		if !fixed.Load() {
 			return consumer.Permanent(errors.New("unknown sku " + e.SKU))
 		}

@@ -16,7 +16,6 @@ import (
 	"github.com/bentoevents/bento/inbox"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
-	"github.com/bentoevents/bento/uow"
 )
 
 // Shipment is what the example's consumer writes for each paid order.
@@ -47,8 +46,8 @@ func ExampleConsumer() {
 	shipped := make(chan string, 1)
 	// The handler runs in the inbox's transaction: its writes (and any unit
 	// of work begun with ctx) commit with the inbox record, exactly once.
-	err = consumer.Handle(shipping, func(ctx context.Context, e OrderPaid, env *messaging.Envelope) error {
-		if err := uow.DB(ctx, db).Create(&Shipment{OrderID: e.OrderID}).Error; err != nil {
+	err = consumer.Handle(shipping, func(ctx context.Context, tx *gorm.DB, e OrderPaid, env *messaging.Envelope) error {
+		if err := tx.Create(&Shipment{OrderID: e.OrderID}).Error; err != nil {
 			return err
 		}
 		shipped <- e.OrderID

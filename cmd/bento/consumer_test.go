@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/consumer"
@@ -54,7 +55,7 @@ func TestConsumerDeadLettersThroughTheBinary(t *testing.T) {
 	c, err := consumer.NewAMQP(ctx, db, amqpCfg, cfg)
 	require.NoError(t, err)
 	var fixed atomic.Bool
-	require.NoError(t, consumer.Handle(c, func(ctx context.Context, e skuOrdered, env *messaging.Envelope) error {
+	require.NoError(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e skuOrdered, env *messaging.Envelope) error {
 		if !fixed.Load() {
 			return consumer.Permanent(errors.New("unknown sku " + e.SKU))
 		}
