@@ -400,9 +400,9 @@ type Consumer struct {
 
 // New returns a consumer over db that reads from the subscriber
 // newSub returns and publishes dead letters to deadTopic on dead. db needs
-// the inbox and outbox tables (Migrate, outbox.Migrate).
+// the inbox and outbox tables (inbox.Migrate, outbox.Migrate).
 //
-// Errors: ErrInvalidConfig.
+// Errors: ErrInvalidConfig, inbox.ErrNotMigrated.
 func New(db *gorm.DB, newSub SubscriberFactory, dead message.Publisher, deadTopic string, cfg *Config) (*Consumer, error) {
 	return newConsumer(db, newSub, dead, deadTopic, cfg, "")
 }
@@ -425,6 +425,9 @@ func newConsumer(db *gorm.DB, newSub SubscriberFactory, dead message.Publisher, 
 	}
 	in, err := inbox.New(db, &inbox.Config{Consumer: c.Group, TxOptions: c.TxOptions, Logger: c.Logger, Registerer: c.Registerer,
 		TracerProvider: c.TracerProvider, Propagator: c.Propagator, System: system, Versions: c.Versions})
+	if errors.Is(err, inbox.ErrNotMigrated) {
+		return nil, fmt.Errorf("consumer %s: %w", c.Group, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/inbox"
+	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
 	"github.com/bentoevents/bento/uow"
@@ -463,5 +464,21 @@ func TestStoppingConsumerDoesNotDeadLetter(t *testing.T) {
 		if h.bus != nil {
 			assert.Empty(t, s.peekDead(t), "nothing was dead-lettered")
 		}
+	})
+}
+
+// TestNewNeedsInboxMigrate: a consumer over a database without the inbox
+// tables is refused at construction with inbox.ErrNotMigrated, not at its
+// first message.
+func TestNewNeedsInboxMigrate(t *testing.T) {
+	t.Parallel()
+	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend, db *gorm.DB) {
+		bus := messaging.NewMemoryBus()
+		t.Cleanup(func() { _ = bus.Close() })
+		_, err := consumer.NewMemory(db, bus, consumer.DefaultConfig("billing"))
+		require.ErrorIs(t, err, inbox.ErrNotMigrated)
+		require.NoError(t, inbox.Migrate(context.Background(), db))
+		_, err = consumer.NewMemory(db, bus, consumer.DefaultConfig("billing"))
+		require.NoError(t, err)
 	})
 }

@@ -1,6 +1,7 @@
 package idempotency_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 func TestNewValidatesConfig(t *testing.T) {
 	t.Parallel()
 	db := testenv.SQLite(t)
+	require.NoError(t, idempotency.Migrate(context.Background(), db))
 
 	_, err := idempotency.New(db, &idempotency.Config{
 		TTL: -time.Second, MaxBodyBytes: -1, LockTimeout: -time.Millisecond,

@@ -19,6 +19,9 @@ var (
 	// ErrClosed is returned (wrapped) when the database handle has been
 	// closed.
 	ErrClosed = errors.New("idempotency: database is closed")
+	// ErrNotMigrated is returned by New when the ledger's table does not
+	// exist in the database: Migrate was not called.
+	ErrNotMigrated = errors.New("idempotency: idempotency table missing: call idempotency.Migrate(ctx, db) first")
 )
 
 // Problem types: the "type" of the RFC 9457 problem details the middleware

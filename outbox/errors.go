@@ -28,6 +28,9 @@ var (
 	ErrDuplicateVersion = errors.New("outbox: duplicate aggregate version")
 	// ErrClosed is returned when the database handle has been closed.
 	ErrClosed = errors.New("outbox: database is closed")
+	// ErrNotMigrated is returned by NewStore when the outbox table does not
+	// exist in the database: Migrate (or MigrateWith) was not called.
+	ErrNotMigrated = errors.New("outbox: outbox table missing: call outbox.Migrate(ctx, db) first")
 )
 
 // versionConstraint is the unique index (or, on a partitioned table, the

@@ -57,30 +57,32 @@ func newApp(db *gorm.DB, b *bus, log *slog.Logger) (*App, error) {
 	return a, nil
 }
 
-// Migrate creates every table minishop uses and seeds the catalog's stock.
-// It is idempotent and safe to run from several processes.
-func (a *App) Migrate(ctx context.Context) error {
-	if err := outbox.Migrate(ctx, a.db); err != nil {
+// migrate creates every table minishop uses and seeds the stock of
+// catalog's skus. It is idempotent and safe to run from several processes.
+// It runs before newApp: bento's constructors check that their tables
+// exist.
+func migrate(ctx context.Context, db *gorm.DB, catalog order.Catalog) error {
+	if err := outbox.Migrate(ctx, db); err != nil {
 		return err
 	}
-	if err := inbox.Migrate(ctx, a.db); err != nil {
+	if err := inbox.Migrate(ctx, db); err != nil {
 		return err
 	}
-	if err := idempotency.Migrate(ctx, a.db); err != nil {
+	if err := idempotency.Migrate(ctx, db); err != nil {
 		return err
 	}
-	if err := a.db.WithContext(ctx).AutoMigrate(&order.Order{}, &inventory.Stock{}, &inventory.Reservation{}, &Notification{}); err != nil {
+	if err := db.WithContext(ctx).AutoMigrate(&order.Order{}, &inventory.Stock{}, &inventory.Reservation{}, &Notification{}); err != nil {
 		return fmt.Errorf("migrate minishop tables: %w", err)
 	}
-	skus := make([]string, 0, len(a.catalog))
-	for sku := range a.catalog {
+	skus := make([]string, 0, len(catalog))
+	for sku := range catalog {
 		skus = append(skus, sku)
 	}
 	sort.Strings(skus)
 	for _, sku := range skus {
 		s := &inventory.Stock{OnHand: inventory.SeedOnHand}
 		s.ID, s.Version = sku, 1
-		if err := a.db.WithContext(ctx).Clauses(clause.OnConflict{DoNothing: true}).Create(s).Error; err != nil {
+		if err := db.WithContext(ctx).Clauses(clause.OnConflict{DoNothing: true}).Create(s).Error; err != nil {
 			return fmt.Errorf("seed stock %s: %w", sku, err)
 		}
 	}

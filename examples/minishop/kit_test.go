@@ -31,9 +31,9 @@ func newKitApp(t *testing.T) (*bentotest.Env, *App) {
 		},
 		close: func() {},
 	}
+	require.NoError(t, migrate(context.Background(), env.DB, order.DefaultCatalog()))
 	a, err := newApp(env.DB, b, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
-	require.NoError(t, a.Migrate(context.Background()))
 	inv, err := a.inventoryConsumer()
 	require.NoError(t, err)
 	notif, err := a.notificationConsumer()

@@ -44,6 +44,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/bentoevents/bento/examples/minishop/order"
 	"github.com/bentoevents/bento/housekeeping"
 	"github.com/bentoevents/bento/internal/embeddb"
 	"github.com/bentoevents/bento/projector"
@@ -148,12 +149,12 @@ func serve(ctx context.Context, log *slog.Logger, mode, addr, dbURL, amqpURL, pa
 		return fmt.Errorf("open bus: %w", err)
 	}
 	defer b.close()
+	if err := migrate(ctx, db, order.DefaultCatalog()); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
 	a, err := newApp(db, b, log)
 	if err != nil {
 		return err
-	}
-	if err := a.Migrate(ctx); err != nil {
-		return fmt.Errorf("migrate: %w", err)
 	}
 	if mode == "migrate" {
 		log.Info("minishop: migrated")
