@@ -3,6 +3,7 @@ package bentotest_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 
 	"github.com/oklog/ulid/v2"
 	"gorm.io/gorm"
@@ -177,6 +178,40 @@ func TestCommittedAndPublishedAssertionsFail(t *testing.T) {
 	r = &bentotest.Recorder{}
 	env.RequirePublished(r, bentotest.Want{Topic: "account.withdrawn"})
 	assert.Contains(t, r.String(), `topic "account.deposited", want "account.withdrawn"`)
+}
+
+// TestDrainNamesAHandlerWritingOutsideItsTransaction: a handler that
+// writes through the env's *gorm.DB instead of the tx it receives waits
+// for the lock its own message's transaction holds (SQLite); Drain's
+// failure names that likely cause instead of only "still busy".
+func TestDrainNamesAHandlerWritingOutsideItsTransaction(t *testing.T) {
+	t.Parallel()
+	env := bentotest.New(t, &bentotest.Options{DrainTimeout: 300 * time.Millisecond})
+	env.Migrate(t, &Account{}, &Ledger{})
+	// A handler timeout ends each stuck attempt, so that the test stops
+	// quickly; the lock is held again by the next attempt.
+	cfg := consumer.DefaultConfig("accounting")
+	cfg.HandlerTimeout, cfg.MaxRetries, cfg.RetryInitialInterval = 100*time.Millisecond, 1000, time.Millisecond
+	cfg.CloseTimeout, cfg.Logger = 100*time.Millisecond, slog.New(slog.DiscardHandler)
+	c, err := consumer.NewMemory(env.DB, env.Bus, cfg)
+	require.NoError(t, err)
+	entered := make(chan struct{}, 1)
+	require.NoError(t, consumer.Handle(c, func(ctx context.Context, _ *gorm.DB, e Deposited, m *messaging.Envelope) error {
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		// The mistake: env.DB, not the tx this handler receives.
+		return env.DB.WithContext(ctx).Create(&Ledger{EventID: m.ID, Kind: "deposit"}).Error
+	}))
+	env.Start(t, c)
+	deposit(t, env, "acc-1", 10)
+
+	r := &bentotest.Recorder{}
+	r.Run(func(tb bentotest.TB) { env.Drain(tb) })
+	require.True(t, r.Failed(), "Drain gives up on the stuck handler")
+	<-entered
+	assert.Contains(t, r.String(), bentotest.BusyHint)
 }
 
 func TestRequireAppliedOnce(t *testing.T) {
