@@ -34,8 +34,8 @@ type consumeConfig struct {
 
 // consumeHandlers are the handlers measured, with and without the inbox:
 // "noop" decodes the event and counts it, "write" also inserts one row
-// (through uow.DB, so with the inbox it joins the inbox's transaction and
-// without it is a statement of its own).
+// (through the transaction it is handed: with the inbox, the inbox's
+// transaction; without it, the database, a statement of its own).
 var consumeHandlers = []string{"noop", "write"}
 
 // consumeModes are the ways each handler is run: "inbox" is
@@ -109,10 +109,10 @@ func (c *counter) rate() (seconds, rate float64) {
 
 // handlerFunc is the handler under test: the same function with and
 // without the inbox.
-func handlerFunc(kind string, db *gorm.DB, c *counter) func(ctx context.Context, e Deposited, env *messaging.Envelope) error {
-	return func(ctx context.Context, e Deposited, env *messaging.Envelope) error {
+func handlerFunc(kind string, c *counter) consumer.HandlerFunc[Deposited] {
+	return func(ctx context.Context, tx *gorm.DB, e Deposited, env *messaging.Envelope) error {
 		if kind == "write" {
-			err := uow.DB(ctx, db).Exec("INSERT INTO "+receiptsTable+" (event_id, account_id, amount) VALUES (?, ?, ?)",
+			err := tx.Exec("INSERT INTO "+receiptsTable+" (event_id, account_id, amount) VALUES (?, ?, ?)",
 				env.ID, e.AccountID, e.Amount).Error
 			if err != nil {
 				return err
@@ -286,7 +286,7 @@ func runConsume(ctx context.Context, b *consumeBed, handler, mode string, n int)
 	defer func() {
 		r.InboxInsert, r.Write = timer.summary("INSERT INTO inbox_messages"), timer.summary("INSERT INTO "+receiptsTable)
 	}()
-	fn := handlerFunc(handler, db, c)
+	fn := handlerFunc(handler, c)
 	if mode == "direct" {
 		if err := runDirect(ctx, b, db, group, n, fn, c); err != nil {
 			return r, err
@@ -343,7 +343,7 @@ func runConsume(ctx context.Context, b *consumeBed, handler, mode string, n int)
 		}
 		runs = append(runs, cons.Run)
 	case "plain":
-		run, err := plainConsumer(cfg, group, n, b.e, fn)
+		run, err := plainConsumer(cfg, db, group, n, b.e, fn)
 		if err != nil {
 			return r, err
 		}
@@ -395,12 +395,12 @@ func runConsume(ctx context.Context, b *consumeBed, handler, mode string, n int)
 // runDirect calls the inbox middleware of group around the handler for
 // each of the first c.want messages, from n goroutines, without a broker.
 func runDirect(ctx context.Context, b *consumeBed, db *gorm.DB, group string, n int,
-	fn func(context.Context, Deposited, *messaging.Envelope) error, c *counter) error {
+	fn consumer.HandlerFunc[Deposited], c *counter) error {
 	in, err := inbox.New(db, &inbox.Config{Consumer: group, Logger: b.e.log})
 	if err != nil {
 		return err
 	}
-	dispatch, err := decodeDispatch(fn)
+	dispatch, err := decodeDispatch(db, fn)
 	if err != nil {
 		return err
 	}
@@ -436,8 +436,10 @@ func runDirect(ctx context.Context, b *consumeBed, db *gorm.DB, group string, n 
 }
 
 // decodeDispatch returns what the inbox consumer does with a message
-// before its handler: decode the wire format and the event, then call fn.
-func decodeDispatch(fn func(context.Context, Deposited, *messaging.Envelope) error) (func(*message.Message) error, error) {
+// before its handler: decode the wire format and the event, then call fn
+// with the message's transaction, or db when it has none (without the
+// inbox).
+func decodeDispatch(db *gorm.DB, fn consumer.HandlerFunc[Deposited]) (func(*message.Message) error, error) {
 	reg := messaging.NewRegistry()
 	if err := messaging.Register[Deposited](reg); err != nil {
 		return nil, err
@@ -455,7 +457,7 @@ func decodeDispatch(fn func(context.Context, Deposited, *messaging.Envelope) err
 		if !ok {
 			return fmt.Errorf("event %s decoded as %T", env.ID, ev)
 		}
-		return fn(msg.Context(), d, env)
+		return fn(msg.Context(), uow.DB(msg.Context(), db), d, env)
 	}, nil
 }
 
@@ -515,9 +517,9 @@ func (b *consumeBed) check(ctx context.Context, handler, mode, group string, wan
 // inbox consumer's decoding, retry and recoverer, without the inbox (and
 // without the dead-letter middleware, which costs nothing until a message
 // fails).
-func plainConsumer(cfg *messaging.AMQPConfig, group string, n int, e *env,
-	fn func(context.Context, Deposited, *messaging.Envelope) error) (func(context.Context) error, error) {
-	dispatch, err := decodeDispatch(fn)
+func plainConsumer(cfg *messaging.AMQPConfig, db *gorm.DB, group string, n int, e *env,
+	fn consumer.HandlerFunc[Deposited]) (func(context.Context) error, error) {
+	dispatch, err := decodeDispatch(db, fn)
 	if err != nil {
 		return nil, err
 	}

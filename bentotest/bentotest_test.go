@@ -3,8 +3,10 @@ package bentotest_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 
 	"github.com/oklog/ulid/v2"
+	"gorm.io/gorm"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -90,8 +92,8 @@ func TestCommandDrainAssert(t *testing.T) {
 	start := time.Now()
 	env := open(t)
 	accounting := env.MustConsumer(t, "accounting")
-	require.NoError(t, consumer.Handle(accounting, func(ctx context.Context, e Deposited, m *messaging.Envelope) error {
-		if err := uow.DB(ctx, nil).Create(&Ledger{EventID: m.ID, Kind: "deposit"}).Error; err != nil {
+	require.NoError(t, consumer.Handle(accounting, func(ctx context.Context, tx *gorm.DB, e Deposited, m *messaging.Envelope) error {
+		if err := tx.Create(&Ledger{EventID: m.ID, Kind: "deposit"}).Error; err != nil {
 			return err
 		}
 		// Emit a follow-up event through a unit of work (it joins the inbox tx).
@@ -105,8 +107,8 @@ func TestCommandDrainAssert(t *testing.T) {
 		})
 	}))
 	mail := env.MustConsumer(t, "mail")
-	require.NoError(t, consumer.Handle(mail, func(ctx context.Context, e Thanked, m *messaging.Envelope) error {
-		return uow.DB(ctx, nil).Create(&Ledger{EventID: m.ID, Kind: "thanks"}).Error
+	require.NoError(t, consumer.Handle(mail, func(ctx context.Context, tx *gorm.DB, e Thanked, m *messaging.Envelope) error {
+		return tx.Create(&Ledger{EventID: m.ID, Kind: "thanks"}).Error
 	}))
 	env.Start(t, accounting)
 	env.Start(t, mail)
@@ -177,12 +179,46 @@ func TestCommittedAndPublishedAssertionsFail(t *testing.T) {
 	assert.Contains(t, r.String(), `topic "account.deposited", want "account.withdrawn"`)
 }
 
+// TestDrainNamesAHandlerWritingOutsideItsTransaction: a handler that
+// writes through the env's *gorm.DB instead of the tx it receives waits
+// for the lock its own message's transaction holds (SQLite); Drain's
+// failure names that likely cause instead of only "still busy".
+func TestDrainNamesAHandlerWritingOutsideItsTransaction(t *testing.T) {
+	t.Parallel()
+	env := bentotest.New(t, &bentotest.Options{DrainTimeout: 300 * time.Millisecond})
+	env.Migrate(t, &Account{}, &Ledger{})
+	// A handler timeout ends each stuck attempt, so that the test stops
+	// quickly; the lock is held again by the next attempt.
+	cfg := consumer.DefaultConfig("accounting")
+	cfg.HandlerTimeout, cfg.MaxRetries, cfg.RetryInitialInterval = 100*time.Millisecond, 1000, time.Millisecond
+	cfg.CloseTimeout, cfg.Logger = 100*time.Millisecond, slog.New(slog.DiscardHandler)
+	c, err := consumer.NewMemory(env.DB, env.Bus, cfg)
+	require.NoError(t, err)
+	entered := make(chan struct{}, 1)
+	require.NoError(t, consumer.Handle(c, func(ctx context.Context, _ *gorm.DB, e Deposited, m *messaging.Envelope) error {
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		// The mistake: env.DB, not the tx this handler receives.
+		return env.DB.WithContext(ctx).Create(&Ledger{EventID: m.ID, Kind: "deposit"}).Error
+	}))
+	env.Start(t, c)
+	deposit(t, env, "acc-1", 10)
+
+	r := &bentotest.Recorder{}
+	r.Run(func(tb bentotest.TB) { env.Drain(tb) })
+	require.True(t, r.Failed(), "Drain gives up on the stuck handler")
+	<-entered
+	assert.Contains(t, r.String(), bentotest.BusyHint)
+}
+
 func TestRequireAppliedOnce(t *testing.T) {
 	t.Parallel()
 	env := open(t)
 	c := env.MustConsumer(t, "accounting")
-	require.NoError(t, consumer.Handle(c, func(ctx context.Context, e Deposited, m *messaging.Envelope) error {
-		return uow.DB(ctx, nil).Create(&Ledger{EventID: m.ID, Kind: "deposit"}).Error
+	require.NoError(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e Deposited, m *messaging.Envelope) error {
+		return tx.Create(&Ledger{EventID: m.ID, Kind: "deposit"}).Error
 	}))
 	env.Start(t, c)
 	msg := env.Message(t, Deposited{AccountID: "acc-1", Amount: 1}, &bentotest.MessageOpts{AggregateType: "account", AggregateID: "acc-1", AggregateVersion: 1})

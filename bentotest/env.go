@@ -16,6 +16,7 @@ import (
 	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/embedded"
 	"github.com/bentoevents/bento/internal/conf"
+	"github.com/bentoevents/bento/internal/dberr"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
 	"github.com/bentoevents/bento/projector"
@@ -186,6 +187,11 @@ func (e *Env) Start(t TB, c *consumer.Consumer) {
 	})
 }
 
+// busyHint is what Drain's failure says when consumers stay busy past
+// Options.DrainTimeout: the likely cause, and its fix.
+const busyHint = "a handler may be writing through a *gorm.DB outside its message's transaction " +
+	"(on SQLite such a write waits for the lock that transaction holds); write through the tx the handler receives"
+
 // DrainResult counts what Drain relayed.
 type DrainResult struct {
 	// Published is how many events the projector published.
@@ -199,12 +205,21 @@ type DrainResult struct {
 // Drain relays everything committed and waits until every started consumer
 // has handled what reached it; events the handlers commit are relayed and
 // handled too, until nothing moves. It fails t after Options.DrainTimeout.
+// Consumers that stay busy that long are most often a handler writing
+// through a *gorm.DB of its own (Env.DB captured in a closure) instead of
+// the transaction it receives: on SQLite that write waits for the lock its
+// message's transaction holds (and the relay, marking events sent, waits
+// for it too), and the failure says so.
 func (e *Env) Drain(t TB) DrainResult {
 	t.Helper()
 	var total DrainResult
 	deadline := time.Now().Add(e.drainTimeout)
 	for {
 		res, err := e.Projector.Drain(context.Background())
+		if err != nil && dberr.IsTransient(err) && !e.Bus.Idle() {
+			// The relay waited for a lock while consumers were busy.
+			t.Fatalf("bentotest: drain: %v, with consumers busy: %s", err, busyHint)
+		}
 		if err != nil {
 			t.Fatalf("bentotest: drain: %v", err)
 		}
@@ -212,7 +227,7 @@ func (e *Env) Drain(t TB) DrainResult {
 		total.Failed += res.Failed
 		for !e.Bus.Idle() {
 			if time.Now().After(deadline) {
-				t.Fatalf("bentotest: consumers still busy after %v", e.drainTimeout)
+				t.Fatalf("bentotest: consumers still busy after %v: %s", e.drainTimeout, busyHint)
 			}
 			time.Sleep(time.Millisecond)
 		}

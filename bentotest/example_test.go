@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"gorm.io/gorm"
+
 	"github.com/bentoevents/bento/bentotest"
 	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/messaging"
@@ -50,8 +52,8 @@ func ExampleEnv_Drain() {
 	env := bentotest.New(t, nil)
 	env.Migrate(t, &Account{}, &Ledger{})
 	c := env.MustConsumer(t, "accounting")
-	_ = consumer.Handle(c, func(ctx context.Context, e Deposited, m *messaging.Envelope) error {
-		return uow.DB(ctx, nil).Create(&Ledger{EventID: m.ID, Kind: "deposit"}).Error
+	_ = consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e Deposited, m *messaging.Envelope) error {
+		return tx.Create(&Ledger{EventID: m.ID, Kind: "deposit"}).Error
 	})
 	env.Start(t, c)
 
@@ -73,8 +75,8 @@ func ExampleEnv_RequireAppliedOnce() {
 	env := bentotest.New(t, nil)
 	env.Migrate(t, &Ledger{})
 	c := env.MustConsumer(t, "accounting")
-	_ = consumer.Handle(c, func(ctx context.Context, e Deposited, m *messaging.Envelope) error {
-		return uow.DB(ctx, nil).Create(&Ledger{EventID: m.ID, Kind: "deposit"}).Error
+	_ = consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e Deposited, m *messaging.Envelope) error {
+		return tx.Create(&Ledger{EventID: m.ID, Kind: "deposit"}).Error
 	})
 	env.Start(t, c)
 
@@ -130,9 +132,9 @@ func ExampleEnv_Deliver() {
 	env.Migrate(t, &Ledger{})
 	c := env.MustConsumer(t, "accounting")
 	calls := 0
-	_ = consumer.Handle(c, func(ctx context.Context, e Deposited, m *messaging.Envelope) error {
+	_ = consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e Deposited, m *messaging.Envelope) error {
 		calls++
-		return uow.DB(ctx, nil).Create(&Ledger{EventID: m.ID, Kind: "deposit"}).Error
+		return tx.Create(&Ledger{EventID: m.ID, Kind: "deposit"}).Error
 	})
 	env.Start(t, c)
 

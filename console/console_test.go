@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -450,6 +451,7 @@ func TestHostMustBeAllowed(t *testing.T) {
 func TestNewRejectsBadConfig(t *testing.T) {
 	t.Parallel()
 	db := testenv.SQLite(t)
+	require.NoError(t, outbox.Migrate(context.Background(), db))
 	store, err := outbox.NewStore(db, nil)
 	require.NoError(t, err)
 	_, err = console.New(store, &console.Config{Secret: []byte("short"), DeadLimit: -1, Tenant: "no spaces", Refresh: -1})

@@ -19,7 +19,6 @@ import (
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
-	"github.com/bentoevents/bento/uow"
 )
 
 // BenchmarkPartitionedInstances measures how a partitioned group scales out
@@ -104,7 +103,7 @@ func partitionedRun(b *testing.B, queue messaging.QueueType, instances, concurre
 		cfg.QueueType = queue
 		c, err := consumer.NewAMQP(ctx, idb, amqpCfg, cfg)
 		require.NoError(b, err)
-		require.NoError(b, consumer.Handle(c, func(ctx context.Context, e Step, env *messaging.Envelope) error {
+		require.NoError(b, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e Step, env *messaging.Envelope) error {
 			time.Sleep(5 * time.Millisecond)
 			return nil
 		}))
@@ -173,12 +172,12 @@ func latencyRun(b *testing.B, rate, size int, wait time.Duration) []time.Duratio
 		mu  sync.Mutex
 		lat []time.Duration
 	)
-	require.NoError(b, consumer.Handle(c, func(ctx context.Context, e Step, env *messaging.Envelope) error {
+	require.NoError(b, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e Step, env *messaging.Envelope) error {
 		sent, err := time.Parse(time.RFC3339Nano, env.Metadata["sent_at"])
 		if err != nil {
 			return consumer.Permanent(err)
 		}
-		if err := uow.DB(ctx, nil).Create(&Effect{MessageID: env.ID}).Error; err != nil {
+		if err := tx.Create(&Effect{MessageID: env.ID}).Error; err != nil {
 			return err
 		}
 		mu.Lock()

@@ -28,6 +28,7 @@ import (
 	"github.com/bentoevents/bento/internal/dberr"
 	"github.com/bentoevents/bento/internal/tracing"
 	"github.com/bentoevents/bento/messaging"
+	"github.com/bentoevents/bento/uow"
 )
 
 var (
@@ -393,16 +394,16 @@ type Consumer struct {
 	lapsed    atomic.Bool                        // membership lapsed
 
 	mu       sync.Mutex
-	handlers map[string]func(ctx context.Context, ev aggregate.Event, env *messaging.Envelope) error
+	handlers map[string]handler
 	started  bool
 	running  chan struct{}
 }
 
 // New returns a consumer over db that reads from the subscriber
 // newSub returns and publishes dead letters to deadTopic on dead. db needs
-// the inbox and outbox tables (Migrate, outbox.Migrate).
+// the inbox and outbox tables (inbox.Migrate, outbox.Migrate).
 //
-// Errors: ErrInvalidConfig.
+// Errors: ErrInvalidConfig, inbox.ErrNotMigrated.
 func New(db *gorm.DB, newSub SubscriberFactory, dead message.Publisher, deadTopic string, cfg *Config) (*Consumer, error) {
 	return newConsumer(db, newSub, dead, deadTopic, cfg, "")
 }
@@ -425,6 +426,9 @@ func newConsumer(db *gorm.DB, newSub SubscriberFactory, dead message.Publisher, 
 	}
 	in, err := inbox.New(db, &inbox.Config{Consumer: c.Group, TxOptions: c.TxOptions, Logger: c.Logger, Registerer: c.Registerer,
 		TracerProvider: c.TracerProvider, Propagator: c.Propagator, System: system, Versions: c.Versions})
+	if errors.Is(err, inbox.ErrNotMigrated) {
+		return nil, fmt.Errorf("consumer %s: %w", c.Group, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -443,7 +447,7 @@ func newConsumer(db *gorm.DB, newSub SubscriberFactory, dead message.Publisher, 
 	return &Consumer{
 		cfg: c, inbox: in, newSub: newSub, dead: dead, deadTopic: deadTopic, members: mem,
 		breaker: newBreaker(c.RetryInitialInterval, c.RetryMaxInterval), metrics: m,
-		handlers: map[string]func(context.Context, aggregate.Event, *messaging.Envelope) error{},
+		handlers: map[string]handler{},
 		running:  make(chan struct{}),
 	}, nil
 }
@@ -567,16 +571,30 @@ func PartitionSpec(exchange string, cfg *Config) messaging.PartitionSpec {
 	}
 }
 
+// HandlerFunc handles one event of type E inside the inbox transaction
+// of its message. tx is that transaction, bound to ctx: write through it
+// (or through a unit of work begun with ctx, which joins it), so the
+// handler's writes commit with the inbox record, exactly once, or roll
+// back with it. A write through any other *gorm.DB runs outside that
+// transaction: it is not undone when the message is retried, and on
+// SQLite it waits for the lock the inbox transaction holds. env is the
+// event's envelope (id, aggregate, tenant, occurred_at, correlation and
+// causation ids).
+type HandlerFunc[E aggregate.Event] func(ctx context.Context, tx *gorm.DB, e E, env *messaging.Envelope) error
+
+// handler is a registered HandlerFunc, over any event type.
+type handler func(ctx context.Context, tx *gorm.DB, ev aggregate.Event, env *messaging.Envelope) error
+
 // Handle registers fn as the consumer's handler for events of type E: E is
 // registered in the consumer's registry as the current type of its event
 // type, and the group's queue is bound to that event type. fn receives the
-// decoded event (upcast from older schema versions) and its envelope (id,
-// aggregate, tenant, occurred_at, correlation and causation ids), with the
-// inbox transaction in ctx: begin units of work with ctx to join it.
+// inbox transaction (see HandlerFunc), the decoded event (upcast from
+// older schema versions) and its envelope; ctx carries the transaction
+// too, so units of work begun with it join it.
 //
 // Errors: messaging.ErrRegistration, an error for a second handler of the
 // same event type, ErrRunning.
-func Handle[E aggregate.Event](c *Consumer, fn func(ctx context.Context, e E, env *messaging.Envelope) error) error {
+func Handle[E aggregate.Event](c *Consumer, fn HandlerFunc[E]) error {
 	if err := messaging.Register[E](c.cfg.Registry); err != nil {
 		return err
 	}
@@ -590,12 +608,12 @@ func Handle[E aggregate.Event](c *Consumer, fn func(ctx context.Context, e E, en
 	if _, dup := c.handlers[eventType]; dup {
 		return fmt.Errorf("consumer: a handler for %s is already registered in %s", eventType, c.cfg.Group)
 	}
-	c.handlers[eventType] = func(ctx context.Context, ev aggregate.Event, env *messaging.Envelope) error {
+	c.handlers[eventType] = func(ctx context.Context, tx *gorm.DB, ev aggregate.Event, env *messaging.Envelope) error {
 		e, ok := ev.(E)
 		if !ok {
 			return Permanent(fmt.Errorf("event %s decoded as %T, handler wants %T", env.ID, ev, zero))
 		}
-		return fn(ctx, e, env)
+		return fn(ctx, tx, e, env)
 	}
 	return nil
 }
@@ -666,8 +684,13 @@ func (c *Consumer) dispatch(msg *message.Message) error {
 	if err != nil {
 		return err
 	}
+	ctx := msg.Context()
+	tx, ok := uow.TxFromContext(ctx)
+	if !ok { // the inbox middleware always runs dispatch in a transaction
+		return fmt.Errorf("consumer: message %s reached its handler outside an inbox transaction", env.ID)
+	}
 	start := time.Now()
-	err = h(msg.Context(), ev, env)
+	err = h(ctx, tx.WithContext(ctx), ev, env)
 	result := "ok"
 	if err != nil {
 		result = "error"

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -107,10 +108,10 @@ func (s *suite) counter(t *testing.T, name string) float64 {
 }
 
 // effectHandler writes one Effect per applied order.placed.
-func effectHandler(calls *atomic.Int32) func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
-	return func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+func effectHandler(calls *atomic.Int32) consumer.HandlerFunc[OrderPlaced] {
+	return func(ctx context.Context, tx *gorm.DB, e OrderPlaced, env *messaging.Envelope) error {
 		calls.Add(1)
-		return uow.DB(ctx, nil).Create(&Effect{MessageID: env.ID}).Error
+		return tx.Create(&Effect{MessageID: env.ID}).Error
 	}
 }
 
@@ -166,7 +167,7 @@ func TestConsumerConcurrency(t *testing.T) {
 		var inFlight, peak, calls atomic.Int32
 		all := make(chan struct{})
 		var once sync.Once
-		require.NoError(t, consumer.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+		require.NoError(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e OrderPlaced, env *messaging.Envelope) error {
 			calls.Add(1)
 			now := inFlight.Add(1)
 			defer inFlight.Add(-1)
@@ -182,7 +183,7 @@ func TestConsumerConcurrency(t *testing.T) {
 					return errors.New("the other subscriptions never took a message")
 				}
 			}
-			return uow.DB(ctx, nil).Create(&Effect{MessageID: env.ID}).Error
+			return tx.Create(&Effect{MessageID: env.ID}).Error
 		}))
 		run(t, c)
 		for i := range 2 * n {
@@ -203,9 +204,9 @@ func TestConsumerRetriesThenApplies(t *testing.T) {
 		s := newSuite(t, h)
 		var calls atomic.Int32
 		c := s.newConsumer(t, s.config())
-		require.NoError(t, consumer.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+		require.NoError(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e OrderPlaced, env *messaging.Envelope) error {
 			n := calls.Add(1)
-			if err := uow.DB(ctx, nil).Create(&Effect{MessageID: env.ID}).Error; err != nil {
+			if err := tx.Create(&Effect{MessageID: env.ID}).Error; err != nil {
 				return err
 			}
 			if n <= 2 {
@@ -221,6 +222,46 @@ func TestConsumerRetriesThenApplies(t *testing.T) {
 		var records int64
 		require.NoError(t, s.db.Model(&inbox.Record{}).Count(&records).Error)
 		assert.Equal(t, int64(1), records)
+	})
+}
+
+// TestHandlerTxIsTheMessageTransaction: the tx a handler receives is the
+// transaction of its message, the one its context carries: a write through
+// it is visible through uow.DB within the attempt and rolled back with the
+// attempt that fails, so the next attempt starts from nothing.
+func TestHandlerTxIsTheMessageTransaction(t *testing.T) {
+	forEachHarness(t, func(t *testing.T, h *harness) {
+		s := newSuite(t, h)
+		var calls atomic.Int32
+		seen := make(chan int64, 2)
+		c := s.newConsumer(t, s.config())
+		require.NoError(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e OrderPlaced, env *messaging.Envelope) error {
+			var before int64
+			if err := uow.DB(ctx, nil).Model(&Effect{}).Where("message_id = ?", env.ID).Count(&before).Error; err != nil {
+				return err
+			}
+			seen <- before
+			if err := tx.Create(&Effect{MessageID: env.ID}).Error; err != nil {
+				return err
+			}
+			var after int64
+			if err := uow.DB(ctx, nil).Model(&Effect{}).Where("message_id = ?", env.ID).Count(&after).Error; err != nil {
+				return err
+			}
+			if after != 1 {
+				return consumer.Permanent(fmt.Errorf("the write through tx is not in the context's transaction: %d rows", after))
+			}
+			if calls.Add(1) == 1 {
+				return errors.New("the first attempt fails after writing")
+			}
+			return nil
+		}))
+		run(t, c)
+		s.publish(t, "order.placed", eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: "o-1"}, nil))
+		testenv.WaitFor(t, 20*time.Second, "the second attempt", func() bool { return s.counter(t, "bento_inbox_processed_total") == 1 })
+		assert.EqualValues(t, 2, calls.Load())
+		assert.Equal(t, []int64{0, 0}, []int64{<-seen, <-seen}, "each attempt starts without the failed one's write")
+		assert.Equal(t, int64(1), s.effects(t))
 	})
 }
 
@@ -242,7 +283,7 @@ func TestConsumerChainsEventsAtomically(t *testing.T) {
 		}))
 		var attempts atomic.Int32
 		c := s.newConsumer(t, s.config())
-		require.NoError(t, consumer.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+		require.NoError(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e OrderPlaced, env *messaging.Envelope) error {
 			n := attempts.Add(1)
 			return s.units.Run(ctx, func(ctx context.Context, u *uow.UnitOfWork) error {
 				st, err := uow.Get[Stock](ctx, u, e.SKU)
@@ -295,7 +336,7 @@ func TestConsumerDeadLetters(t *testing.T) {
 		var mu sync.Mutex
 		perMessage := map[string]int{}
 		c := s.newConsumer(t, cfg)
-		require.NoError(t, consumer.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+		require.NoError(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e OrderPlaced, env *messaging.Envelope) error {
 			calls.Add(1)
 			mu.Lock()
 			perMessage[e.OrderID]++
@@ -303,7 +344,7 @@ func TestConsumerDeadLetters(t *testing.T) {
 			if e.OrderID == "poison" {
 				return errors.New("stock service says no")
 			}
-			return uow.DB(ctx, nil).Create(&Effect{MessageID: env.ID}).Error
+			return tx.Create(&Effect{MessageID: env.ID}).Error
 		}))
 		run(t, c)
 
@@ -351,7 +392,7 @@ func TestConsumerUpcasts(t *testing.T) {
 		require.NoError(t, messaging.RegisterUpcaster(cfg.Registry, upcastPlaced))
 		got := make(chan OrderPlaced, 2)
 		c := s.newConsumer(t, cfg)
-		require.NoError(t, consumer.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+		require.NoError(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e OrderPlaced, env *messaging.Envelope) error {
 			got <- e
 			return nil
 		}))
@@ -433,8 +474,8 @@ func TestConsumerConfig(t *testing.T) {
 	}
 
 	c = h.newConsumer(t, consumer.DefaultConfig("g1"))
-	require.NoError(t, consumer.Handle(c, func(context.Context, OrderPaid, *messaging.Envelope) error { return nil }))
-	require.Error(t, consumer.Handle(c, func(context.Context, OrderPaid, *messaging.Envelope) error { return nil }),
+	require.NoError(t, consumer.Handle(c, func(context.Context, *gorm.DB, OrderPaid, *messaging.Envelope) error { return nil }))
+	require.Error(t, consumer.Handle(c, func(context.Context, *gorm.DB, OrderPaid, *messaging.Envelope) error { return nil }),
 		"one handler per event type")
 	assert.Equal(t, "bento-dead.g_x", consumer.DeadLetterTopic("g:x"))
 }
@@ -449,7 +490,7 @@ func TestStoppingConsumerDoesNotDeadLetter(t *testing.T) {
 		cfg := s.config()
 		cfg.CloseTimeout = time.Second // the handler only returns once cancelled
 		first := s.newConsumer(t, cfg)
-		require.NoError(t, consumer.Handle(first, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+		require.NoError(t, consumer.Handle(first, func(ctx context.Context, tx *gorm.DB, e OrderPlaced, env *messaging.Envelope) error {
 			entered <- struct{}{}
 			<-ctx.Done() // shutting down mid-handler
 			return ctx.Err()
@@ -473,5 +514,21 @@ func TestStoppingConsumerDoesNotDeadLetter(t *testing.T) {
 		if h.bus != nil {
 			assert.Empty(t, s.peekDead(t), "nothing was dead-lettered")
 		}
+	})
+}
+
+// TestNewNeedsInboxMigrate: a consumer over a database without the inbox
+// tables is refused at construction with inbox.ErrNotMigrated, not at its
+// first message.
+func TestNewNeedsInboxMigrate(t *testing.T) {
+	t.Parallel()
+	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend, db *gorm.DB) {
+		bus := messaging.NewMemoryBus()
+		t.Cleanup(func() { _ = bus.Close() })
+		_, err := consumer.NewMemory(db, bus, consumer.DefaultConfig("billing"))
+		require.ErrorIs(t, err, inbox.ErrNotMigrated)
+		require.NoError(t, inbox.Migrate(context.Background(), db))
+		_, err = consumer.NewMemory(db, bus, consumer.DefaultConfig("billing"))
+		require.NoError(t, err)
 	})
 }

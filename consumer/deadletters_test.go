@@ -9,11 +9,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
-	"github.com/bentoevents/bento/uow"
 )
 
 // TestDeadLettersListReplayDiscard: on RabbitMQ, two events whose handler
@@ -28,11 +28,11 @@ func TestDeadLettersListReplayDiscard(t *testing.T) {
 	cfg.Partitions, cfg.DisableHoldBack = 4, true
 	var fixed atomic.Bool
 	c := s.newConsumer(t, cfg)
-	require.NoError(t, consumer.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+	require.NoError(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e OrderPlaced, env *messaging.Envelope) error {
 		if !fixed.Load() {
 			return consumer.Permanent(errors.New("no such sku: " + e.SKU))
 		}
-		return uow.DB(ctx, nil).Create(&Effect{MessageID: env.ID}).Error
+		return tx.Create(&Effect{MessageID: env.ID}).Error
 	}))
 	run(t, c)
 	first := eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: "o1", SKU: "kiwi"}, nil)

@@ -16,11 +16,14 @@
 // plugin (see [PartitionSpec] and messaging.DeclarePartitions) and are
 // quorum queues whose delivery limit dead-letters a message that keeps
 // crashing its consumers.
-// Handlers registered with [Handle] receive the decoded event (upcast from
-// older schema versions) and its envelope, and run inside the inbox's
-// transaction (package inbox): a duplicate delivery is acknowledged and
-// skipped, and the handler's writes, the events it records through a unit
-// of work begun with its context, and the inbox record commit together.
+// Handlers registered with [Handle] (a [HandlerFunc]) run inside the
+// inbox's transaction (package inbox) and receive it, with the decoded
+// event (upcast from older schema versions) and its envelope: a duplicate
+// delivery is acknowledged and skipped, and what the handler writes
+// through that transaction, the events it records through a unit of work
+// begun with its context, and the inbox record commit together. Write
+// through the transaction the handler receives, never through a *gorm.DB
+// of your own: such a write is not part of the message's transaction.
 //
 // A handler that fails is retried in place with backoff ([Config].MaxRetries,
 // RetryInitialInterval, RetryMaxInterval; transient database failures for

@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/consumer"
@@ -40,8 +41,8 @@ func TestEndToEndExactlyOnce(t *testing.T) {
 		s := newSuite(t, h)
 		ctx := context.Background()
 		require.NoError(t, h.db.AutoMigrate(&Cart{}))
-		handler := func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
-			return uow.DB(ctx, nil).Create(&Effect{MessageID: env.ID}).Error
+		handler := func(ctx context.Context, tx *gorm.DB, e OrderPlaced, env *messaging.Envelope) error {
+			return tx.Create(&Effect{MessageID: env.ID}).Error
 		}
 		newConsumer := func(amqpCfg *messaging.AMQPConfig) *consumer.Consumer {
 			var c *consumer.Consumer

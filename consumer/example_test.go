@@ -8,12 +8,13 @@ import (
 	"path/filepath"
 	"time"
 
+	"gorm.io/gorm"
+
 	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/embedded"
 	"github.com/bentoevents/bento/inbox"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
-	"github.com/bentoevents/bento/uow"
 )
 
 // Shipment is what the example's consumer writes for each paid order.
@@ -44,8 +45,8 @@ func ExampleConsumer() {
 	shipped := make(chan string, 1)
 	// The handler runs in the inbox's transaction: its writes (and any unit
 	// of work begun with ctx) commit with the inbox record, exactly once.
-	err = consumer.Handle(shipping, func(ctx context.Context, e OrderPaid, env *messaging.Envelope) error {
-		if err := uow.DB(ctx, db).Create(&Shipment{OrderID: e.OrderID}).Error; err != nil {
+	err = consumer.Handle(shipping, func(ctx context.Context, tx *gorm.DB, e OrderPaid, env *messaging.Envelope) error {
+		if err := tx.Create(&Shipment{OrderID: e.OrderID}).Error; err != nil {
 			return err
 		}
 		shipped <- e.OrderID

@@ -13,6 +13,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/embedded"
@@ -58,7 +59,7 @@ func Example_tracing() {
 	ccfg.TracerProvider = tp
 	ccfg.Logger = quiet
 	shipping, _ := consumer.NewMemory(db, bus, ccfg)
-	_ = consumer.Handle(shipping, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+	_ = consumer.Handle(shipping, func(ctx context.Context, tx *gorm.DB, e OrderPlaced, env *messaging.Envelope) error {
 		_, span := tracer.Start(ctx, "pack order") // a child of the consume span
 		defer span.End()
 		return nil

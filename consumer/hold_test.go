@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/inbox"
@@ -49,7 +50,7 @@ func buildHoldSuite(t *testing.T, h *harness, cfg func(*consumer.Config), before
 	}
 	s.c = s.newConsumer(t, c)
 	check := checkOrder("w")
-	require.NoError(t, consumer.Handle(s.c, func(ctx context.Context, e Step, env *messaging.Envelope) error {
+	require.NoError(t, consumer.Handle(s.c, func(ctx context.Context, tx *gorm.DB, e Step, env *messaging.Envelope) error {
 		if s.fail != nil {
 			if err := s.fail(env); err != nil {
 				return err
@@ -58,7 +59,7 @@ func buildHoldSuite(t *testing.T, h *harness, cfg func(*consumer.Config), before
 		if env.AggregateID == "a000" && s.broken[env.AggregateVersion] && !s.fixed.Load() {
 			return consumer.Permanent(errors.New("the handler cannot apply this yet"))
 		}
-		return check(ctx, e, env)
+		return check(ctx, tx, e, env)
 	}))
 	if before != nil {
 		before(s, c)

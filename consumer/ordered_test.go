@@ -28,7 +28,6 @@ import (
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
-	"github.com/bentoevents/bento/uow"
 )
 
 // Step is event n of an aggregate in the order tests.
@@ -97,9 +96,9 @@ func orderWorker(name string) error {
 	}
 	check := checkOrder(name)
 	delay, _ := time.ParseDuration(os.Getenv(envWorkerDelay))
-	if err := consumer.Handle(c, func(ctx context.Context, e Step, env *messaging.Envelope) error {
+	if err := consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e Step, env *messaging.Envelope) error {
 		time.Sleep(delay)
-		return check(ctx, e, env)
+		return check(ctx, tx, e, env)
 	}); err != nil {
 		return err
 	}
@@ -109,9 +108,8 @@ func orderWorker(name string) error {
 // checkOrder is the order-checking handler: it records each Step it
 // applies, in the handler's transaction, with whether its version is the
 // aggregate's last applied plus one.
-func checkOrder(worker string) func(ctx context.Context, e Step, env *messaging.Envelope) error {
-	return func(ctx context.Context, e Step, env *messaging.Envelope) error {
-		tx := uow.DB(ctx, nil)
+func checkOrder(worker string) consumer.HandlerFunc[Step] {
+	return func(ctx context.Context, tx *gorm.DB, e Step, env *messaging.Envelope) error {
 		var last int64
 		if err := tx.Raw(`SELECT COALESCE(MAX(version), 0) FROM applieds WHERE aggregate_id = ?`, env.AggregateID).
 			Scan(&last).Error; err != nil {

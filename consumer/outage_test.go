@@ -12,12 +12,12 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/inbox"
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
-	"github.com/bentoevents/bento/uow"
 )
 
 // TestTransientFailuresOutlastMaxRetries: a handler whose database is
@@ -31,14 +31,14 @@ func TestTransientFailuresOutlastMaxRetries(t *testing.T) {
 		cfg.MaxRetries = 1
 		var calls atomic.Int32
 		c := s.newConsumer(t, cfg)
-		require.NoError(t, consumer.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+		require.NoError(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e OrderPlaced, env *messaging.Envelope) error {
 			switch n := calls.Add(1); {
 			case n <= 4:
 				return fmt.Errorf("dial: %w", syscall.ECONNREFUSED)
 			case n <= 8:
 				return &pgconn.PgError{Code: "40001", Message: "could not serialize access"}
 			}
-			return uow.DB(ctx, nil).Create(&Effect{MessageID: env.ID}).Error
+			return tx.Create(&Effect{MessageID: env.ID}).Error
 		}))
 		run(t, c)
 		s.publish(t, "order.placed", eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: "o1"}, nil))
@@ -58,7 +58,7 @@ func TestOutageWindowEnds(t *testing.T) {
 		cfg.MaxRetries = 1
 		cfg.OutageWindow = 200 * time.Millisecond
 		c := s.newConsumer(t, cfg)
-		require.NoError(t, consumer.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+		require.NoError(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e OrderPlaced, env *messaging.Envelope) error {
 			return fmt.Errorf("dial: %w", syscall.ECONNREFUSED)
 		}))
 		run(t, c)
@@ -87,12 +87,12 @@ func TestGapDeadLettersAfterGapTimeout(t *testing.T) {
 			calls   atomic.Int32
 		)
 		c := s.newConsumer(t, cfg)
-		require.NoError(t, consumer.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+		require.NoError(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e OrderPlaced, env *messaging.Envelope) error {
 			calls.Add(1)
 			mu.Lock()
 			applied = append(applied, env.AggregateVersion)
 			mu.Unlock()
-			return uow.DB(ctx, nil).Create(&Effect{MessageID: env.ID}).Error
+			return tx.Create(&Effect{MessageID: env.ID}).Error
 		}))
 		run(t, c)
 		v1 := eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: "o1"}, nil)
@@ -128,7 +128,7 @@ func TestDeadLettersSayWhy(t *testing.T) {
 		cfg := s.config()
 		cfg.MaxRetries = -1 // no retries
 		c := s.newConsumer(t, cfg)
-		require.NoError(t, consumer.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+		require.NoError(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e OrderPlaced, env *messaging.Envelope) error {
 			if e.OrderID == "refused" {
 				return consumer.Permanent(fmt.Errorf("order %s refused", e.OrderID))
 			}
@@ -163,13 +163,13 @@ func TestHandlerTimeoutDeadLettersAHangingMessage(t *testing.T) {
 		cfg.MaxRetries, cfg.HandlerTimeout, cfg.Partitions = 1, 100*time.Millisecond, 1
 		c := s.newConsumer(t, cfg)
 		var attempts atomic.Int32
-		require.NoError(t, consumer.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+		require.NoError(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e OrderPlaced, env *messaging.Envelope) error {
 			if e.OrderID == "hangs" {
 				attempts.Add(1)
 				<-ctx.Done()
 				return ctx.Err()
 			}
-			return uow.DB(ctx, nil).Create(&Effect{MessageID: env.ID}).Error
+			return tx.Create(&Effect{MessageID: env.ID}).Error
 		}))
 		run(t, c)
 		hangs := eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: "hangs"}, nil)
@@ -204,7 +204,7 @@ func TestBreakerPausesTheGroupWhileItsDatabaseIsDown(t *testing.T) {
 		)
 		down.Store(true)
 		c := s.newConsumer(t, cfg)
-		require.NoError(t, consumer.Handle(c, func(ctx context.Context, e Step, env *messaging.Envelope) error {
+		require.NoError(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e Step, env *messaging.Envelope) error {
 			calls.Add(1)
 			n := inFlight.Add(1)
 			defer inFlight.Add(-1)

@@ -14,6 +14,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/internal/testenv"
@@ -94,7 +95,7 @@ func TestTraceFromCommitToHandler(t *testing.T) {
 		cfg.TracerProvider = tr.tp
 		c := s.newConsumer(t, cfg)
 		handled := make(chan trace.SpanContext, 1)
-		require.NoError(t, consumer.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+		require.NoError(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e OrderPlaced, env *messaging.Envelope) error {
 			ctx, span := app.Start(ctx, "handler")
 			defer span.End()
 			err := units.Run(ctx, func(ctx context.Context, u *uow.UnitOfWork) error {
@@ -195,9 +196,9 @@ func TestMalformedTraceparentDoesNotFailConsumption(t *testing.T) {
 		cfg.TracerProvider = tr.tp
 		c := s.newConsumer(t, cfg)
 		inHandler := make(chan trace.SpanContext, 2)
-		require.NoError(t, consumer.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+		require.NoError(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e OrderPlaced, env *messaging.Envelope) error {
 			inHandler <- trace.SpanContextFromContext(ctx)
-			return uow.DB(ctx, nil).Create(&Effect{MessageID: env.ID}).Error
+			return tx.Create(&Effect{MessageID: env.ID}).Error
 		}))
 		run(t, c)
 
@@ -232,7 +233,7 @@ func TestFailedAttemptSpans(t *testing.T) {
 	cfg.TracerProvider = tr.tp
 	c := s.newConsumer(t, cfg)
 	calls := 0
-	require.NoError(t, consumer.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+	require.NoError(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e OrderPlaced, env *messaging.Envelope) error {
 		calls++
 		if calls == 1 {
 			return fmt.Errorf("transient")
@@ -261,7 +262,7 @@ func TestConsumeWithoutTracer(t *testing.T) {
 	forEachHarness(t, func(t *testing.T, h *harness) {
 		s := newSuite(t, h)
 		c := s.newConsumer(t, s.config())
-		require.NoError(t, consumer.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
+		require.NoError(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e OrderPlaced, env *messaging.Envelope) error {
 			return s.units.Run(ctx, func(ctx context.Context, u *uow.UnitOfWork) error {
 				st := &Stock{}
 				st.ID = e.OrderID

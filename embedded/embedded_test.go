@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/consumer"
@@ -88,7 +89,7 @@ func TestUnconsumedEventDoesNotHoldBackItsAggregate(t *testing.T) {
 				mu       sync.Mutex
 				received []int64
 			)
-			require.NoError(t, consumer.Handle(ledger, func(ctx context.Context, e Deposited, env *messaging.Envelope) error {
+			require.NoError(t, consumer.Handle(ledger, func(ctx context.Context, _ *gorm.DB, e Deposited, env *messaging.Envelope) error {
 				mu.Lock()
 				defer mu.Unlock()
 				received = append(received, env.AggregateVersion)

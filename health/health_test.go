@@ -151,7 +151,7 @@ func TestChecksOfBento(t *testing.T) {
 	cfg := consumer.DefaultConfig("billing")
 	c, err := consumer.NewMemory(db, bus, cfg)
 	require.NoError(t, err)
-	require.NoError(t, consumer.Handle(c, func(context.Context, placed, *messaging.Envelope) error { return nil }))
+	require.NoError(t, consumer.Handle(c, func(context.Context, *gorm.DB, placed, *messaging.Envelope) error { return nil }))
 	cc := health.Consumer(c)
 	assert.Equal(t, "consumer billing", cc.Name)
 	assert.ErrorIs(t, run(cc), consumer.ErrNotRunning, "before Run")

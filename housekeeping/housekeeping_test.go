@@ -174,6 +174,7 @@ func TestRunRejectsBadConfig(t *testing.T) {
 // its jobs off.
 func TestConfigDefaults(t *testing.T) {
 	db := testenv.SQLite(t)
+	require.NoError(t, outbox.Migrate(context.Background(), db))
 	c, jobs, err := housekeeping.Prepare(&housekeeping.Config{DB: db})
 	require.NoError(t, err)
 	assert.Equal(t, time.Hour, c.Every)

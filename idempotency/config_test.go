@@ -20,6 +20,7 @@ import (
 func TestNewValidatesConfig(t *testing.T) {
 	t.Parallel()
 	db := testenv.SQLite(t)
+	require.NoError(t, idempotency.Migrate(context.Background(), db))
 
 	_, err := idempotency.New(db, &idempotency.Config{
 		TTL: -time.Second, MaxBodyBytes: -1, LockTimeout: -time.Millisecond,

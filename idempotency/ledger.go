@@ -16,6 +16,7 @@ import (
 	"gorm.io/gorm/clause"
 
 	"github.com/bentoevents/bento/internal/dialect"
+	"github.com/bentoevents/bento/internal/migrate"
 	"github.com/bentoevents/bento/tenant"
 )
 
@@ -33,9 +34,11 @@ type Ledger struct {
 // New returns a ledger over db, a PostgreSQL or SQLite *gorm.DB with the
 // ledger's table created by Migrate. A nil cfg means defaults. On SQLite,
 // open db with embedded.OpenSQLite, whose transactions begin IMMEDIATE; see
-// the package documentation.
+// the package documentation. It checks that the table exists, with one
+// query under db's context.
 //
-// Errors: ErrInvalidConfig, naming each bad field.
+// Errors: ErrInvalidConfig, naming each bad field; ErrNotMigrated; or the
+// database error of the check.
 func New(db *gorm.DB, cfg *Config) (*Ledger, error) {
 	var c Config
 	if cfg != nil {
@@ -48,6 +51,9 @@ func New(db *gorm.DB, cfg *Config) (*Ledger, error) {
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if err := migrate.Require(db, component, ErrNotMigrated, Record{}.TableName()); err != nil {
+		return nil, err
 	}
 	c = c.withDefaults()
 	ms := int64((c.LockTimeout + time.Millisecond - 1) / time.Millisecond)

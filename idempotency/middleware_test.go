@@ -409,6 +409,19 @@ func TestImplicitStatusAndSniffedType(t *testing.T) {
 	})
 }
 
+// TestNewNeedsMigrate: New on a database without the ledger's table fails
+// with ErrNotMigrated and succeeds once Migrate ran.
+func TestNewNeedsMigrate(t *testing.T) {
+	t.Parallel()
+	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend, db *gorm.DB) {
+		_, err := idempotency.New(db, nil)
+		require.ErrorIs(t, err, idempotency.ErrNotMigrated)
+		require.NoError(t, idempotency.Migrate(context.Background(), db))
+		_, err = idempotency.New(db, nil)
+		require.NoError(t, err)
+	})
+}
+
 // TestMigrateIsIdempotent checks that Migrate can run again and that
 // Migrations ships one file per dialect.
 func TestMigrateIsIdempotent(t *testing.T) {

@@ -23,6 +23,9 @@ var (
 	// ErrInvalidArgument is returned by Purge and CountExpired for an
 	// argument out of range, such as a negative age.
 	ErrInvalidArgument = errors.New("idempotency: invalid argument")
+	// ErrNotMigrated is returned by New when the ledger's table does not
+	// exist in the database: Migrate was not called.
+	ErrNotMigrated = errors.New("idempotency: idempotency table missing: call idempotency.Migrate(ctx, db) first")
 )
 
 // Problem types: the "type" of the RFC 9457 problem details the middleware

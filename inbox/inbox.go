@@ -50,7 +50,14 @@ var (
 	// ErrInvalidArgument is returned by Purge and CountPurgeable for an
 	// argument out of range, such as a negative age.
 	ErrInvalidArgument = errors.New("inbox: invalid argument")
+	// ErrNotMigrated is returned by New when an inbox table does not exist
+	// in the database: Migrate (or MigrateWith) was not called, or not
+	// since an upgrade of bento added the table.
+	ErrNotMigrated = errors.New("inbox: inbox tables missing: call inbox.Migrate(ctx, db) first")
 )
+
+// tables are the inbox's tables, as its migrations create them.
+var tables = []string{"inbox_messages", "inbox_watermarks", "consumer_members", "inbox_holds", "inbox_parked"}
 
 // MaxMessageIDLen is the longest message id the inbox stores.
 const MaxMessageIDLen = 128
@@ -167,9 +174,11 @@ type Inbox struct {
 }
 
 // New returns the inbox of cfg.Consumer over db (PostgreSQL or SQLite, with
-// the inbox table created by Migrate).
+// the inbox tables created by Migrate). It checks that the tables exist,
+// with one query under db's context.
 //
-// Errors: ErrInvalidConfig.
+// Errors: ErrInvalidConfig, ErrNotMigrated, or the database error of the
+// check.
 func New(db *gorm.DB, cfg *Config) (*Inbox, error) {
 	var c Config
 	if cfg != nil {
@@ -187,6 +196,9 @@ func New(db *gorm.DB, cfg *Config) (*Inbox, error) {
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if err := migrate.Require(db, "inbox", ErrNotMigrated, tables...); err != nil {
+		return nil, err
 	}
 	if c.Now == nil {
 		c.Now = time.Now

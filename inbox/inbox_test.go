@@ -406,3 +406,22 @@ func TestClosedDatabase(t *testing.T) {
 		require.ErrorIs(t, err, inbox.ErrClosed)
 	})
 }
+
+// TestNewNeedsMigrate: New on a database without the inbox tables fails with
+// ErrNotMigrated, and so it does when one of them is missing (a database
+// migrated by an older bento); it succeeds once they exist (on the
+// partitioned backend, partitioned from the start).
+func TestNewNeedsMigrate(t *testing.T) {
+	t.Parallel()
+	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend, db *gorm.DB) {
+		cfg := &inbox.Config{Consumer: "billing"}
+		if !b.Partitioned {
+			_, err := inbox.New(db, cfg)
+			require.ErrorIs(t, err, inbox.ErrNotMigrated)
+		}
+		e := setup(t, db, "billing")
+		require.NoError(t, e.db.Exec("DROP TABLE inbox_parked").Error)
+		_, err := inbox.New(db, cfg)
+		require.ErrorIs(t, err, inbox.ErrNotMigrated, "a table added by a later migration is missing")
+	})
+}

@@ -2,7 +2,6 @@ package messaging
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -40,11 +39,10 @@ func BrowseQueue(ctx context.Context, cfg *AMQPConfig, queue string, limit int, 
 		}
 		for n := 0; n < limit; n++ {
 			d, ok, err := ch.Get(queue, false)
+			if isNotFound(err) {
+				return fmt.Errorf("%w: %q", ErrQueueNotFound, queue)
+			}
 			if err != nil {
-				var ae *amqp.Error
-				if errors.As(err, &ae) && ae.Code == amqp.NotFound {
-					return fmt.Errorf("%w: %q", ErrQueueNotFound, queue)
-				}
 				return fmt.Errorf("messaging: get from %q: %w", queue, err)
 			}
 			if !ok {

@@ -24,11 +24,10 @@ func QueueDepth(ctx context.Context, cfg *AMQPConfig, queue string) (int, error)
 	var n int
 	err = c.withChannel(ctx, func(ch *amqp.Channel) error {
 		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+		if isNotFound(err) {
+			return fmt.Errorf("%w: %q", ErrQueueNotFound, queue)
+		}
 		if err != nil {
-			var ae *amqp.Error
-			if errors.As(err, &ae) && ae.Code == amqp.NotFound {
-				return fmt.Errorf("%w: %q", ErrQueueNotFound, queue)
-			}
 			return fmt.Errorf("messaging: inspect queue %q: %w", queue, err)
 		}
 		n = q.Messages

@@ -118,7 +118,19 @@ func (c *AMQPConfig) dialSocket(ctx context.Context) (*amqp.Connection, net.Conn
 
 // withChannel dials the broker, runs fn on a channel and closes the
 // connection. Cancelling ctx aborts the dial and closes the connection.
-func (c *AMQPConfig) withChannel(ctx context.Context, fn func(*amqp.Channel) error) (err error) {
+func (c *AMQPConfig) withChannel(ctx context.Context, fn func(*amqp.Channel) error) error {
+	return c.withConn(ctx, func(conn *amqp.Connection) error {
+		ch, err := conn.Channel()
+		if err != nil {
+			return fmt.Errorf("messaging: open AMQP channel: %w", err)
+		}
+		return fn(ch)
+	})
+}
+
+// withConn dials the broker, runs fn on the connection and closes it.
+// Cancelling ctx aborts the dial and closes the connection.
+func (c *AMQPConfig) withConn(ctx context.Context, fn func(*amqp.Connection) error) (err error) {
 	conn, err := c.dial(ctx)
 	if err != nil {
 		return err
@@ -130,11 +142,7 @@ func (c *AMQPConfig) withChannel(ctx context.Context, fn func(*amqp.Channel) err
 			err = fmt.Errorf("messaging: close AMQP connection: %w", cerr)
 		}
 	}()
-	ch, err := conn.Channel()
-	if err != nil {
-		return fmt.Errorf("messaging: open AMQP channel: %w", err)
-	}
-	if err := fn(ch); err != nil {
+	if err := fn(conn); err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("%w (%w)", err, ctx.Err())
 		}

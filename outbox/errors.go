@@ -35,6 +35,9 @@ var (
 	// error, so errors.Is(err, outbox.ErrClosed) holds wherever it comes
 	// from.
 	ErrClosed = dberr.ErrClosed
+	// ErrNotMigrated is returned by NewStore when the outbox table does not
+	// exist in the database: Migrate (or MigrateWith) was not called.
+	ErrNotMigrated = errors.New("outbox: outbox table missing: call outbox.Migrate(ctx, db) first")
 )
 
 // versionConstraint is the unique index (or, on a partitioned table, the

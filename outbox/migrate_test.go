@@ -101,6 +101,26 @@ func TestMigrateUnsupportedDatabase(t *testing.T) {
 	require.ErrorIs(t, err, dialect.ErrUnsupported)
 }
 
+// TestNewStoreNeedsMigrate: NewStore on a database without the outbox
+// table fails with ErrNotMigrated, and succeeds once Migrate ran (on the
+// partitioned backend the table exists, partitioned, from the start).
+func TestNewStoreNeedsMigrate(t *testing.T) {
+	t.Parallel()
+	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend, db *gorm.DB) {
+		if !b.Partitioned {
+			_, err := outbox.NewStore(db, nil)
+			require.ErrorIs(t, err, outbox.ErrNotMigrated)
+			require.NoError(t, outbox.Migrate(context.Background(), db))
+		}
+		st, err := outbox.NewStore(db, nil)
+		require.NoError(t, err)
+		require.NoError(t, db.Transaction(func(tx *gorm.DB) error {
+			_, err := st.Add(context.Background(), tx, "order.paid", orderPaid{}, nil)
+			return err
+		}), "the store works once the table exists")
+	})
+}
+
 func TestMigrations(t *testing.T) {
 	t.Parallel()
 	fsys := outbox.Migrations()

@@ -14,6 +14,7 @@ import (
 	"github.com/bentoevents/bento/internal/conf"
 	"github.com/bentoevents/bento/internal/dberr"
 	"github.com/bentoevents/bento/internal/dialect"
+	"github.com/bentoevents/bento/internal/migrate"
 	"github.com/bentoevents/bento/internal/tracing"
 	"github.com/bentoevents/bento/tenant"
 )
@@ -85,10 +86,13 @@ type Store struct {
 	clock       dbClock
 }
 
-// NewStore returns a store over db (PostgreSQL or SQLite). cfg may be nil.
+// NewStore returns a store over db (PostgreSQL or SQLite) with the outbox
+// table created by Migrate or MigrateWith. cfg may be nil. It checks that
+// the table exists, with one query under db's context.
 //
 // Errors: dialect.ErrUnsupported for another database, ErrInvalidConfig
-// naming each bad field.
+// naming each bad field, ErrNotMigrated, or the database error of the
+// check.
 func NewStore(db *gorm.DB, cfg *Config) (*Store, error) {
 	d, err := dialect.Of(db)
 	if err != nil {
@@ -96,6 +100,9 @@ func NewStore(db *gorm.DB, cfg *Config) (*Store, error) {
 	}
 	c, err := cfg.withDefaults()
 	if err != nil {
+		return nil, err
+	}
+	if err := migrate.Require(db, component, ErrNotMigrated, Message{}.TableName()); err != nil {
 		return nil, err
 	}
 	return &Store{db: db, dialect: d, cfg: c, tracing: tracing.New(nil, c.Propagator), clock: newDBClock(d, c.Test)}, nil

@@ -341,6 +341,7 @@ func TestClosedDatabase(t *testing.T) {
 func TestNewStoreConfig(t *testing.T) {
 	t.Parallel()
 	db := testenv.SQLite(t)
+	require.NoError(t, outbox.Migrate(context.Background(), db))
 
 	t.Run("defaults", func(t *testing.T) {
 		t.Parallel()

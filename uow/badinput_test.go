@@ -171,6 +171,7 @@ func TestClosedDatabase(t *testing.T) {
 // ErrInvalidConfig naming every field.
 func TestConfigValidation(t *testing.T) {
 	db := testenv.SQLite(t)
+	require.NoError(t, outbox.Migrate(context.Background(), db))
 	for name, cfg := range map[string]*uow.Config{"nil": nil, "zero": {}} {
 		m, err := uow.New(db, cfg)
 		require.NoError(t, err, name)

@@ -92,10 +92,13 @@ type Manager struct {
 }
 
 // New returns a Manager over db, a PostgreSQL or SQLite *gorm.DB whose outbox
-// tables exist (see outbox.Migrate). cfg may be nil.
+// tables exist (see outbox.Migrate). cfg may be nil. Without cfg.Outbox it
+// makes its store with outbox.NewStore, which returns
+// outbox.ErrNotMigrated when the outbox table is missing.
 //
 // Errors: dialect.ErrUnsupported for another database, ErrInvalidConfig
-// naming each bad field (wrapping tenant.ErrInvalid for a bad Tenant).
+// naming each bad field (wrapping tenant.ErrInvalid for a bad Tenant),
+// outbox.ErrNotMigrated.
 func New(db *gorm.DB, cfg *Config) (*Manager, error) {
 	d, err := dialect.Of(db)
 	if err != nil {

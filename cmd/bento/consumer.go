@@ -19,12 +19,15 @@ func (c *cli) consumerCmd(ctx context.Context, args []string) error {
 	if len(args) > 0 && args[0] == "declare" {
 		return c.consumerDeclare(ctx, args[1:])
 	}
+	if len(args) > 0 && args[0] == "delete" {
+		return c.consumerDelete(ctx, args[1:])
+	}
 	if len(args) == 0 || args[0] != "dead" {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
 			fmt.Fprintln(c.stdout, "usage: bento consumer dead list|show|replay|discard --group G ... (bento consumer dead <command> -h for its flags)")
 			return errHelp
 		}
-		return usagef("want: consumer dead list|show|replay|discard, or consumer declare")
+		return usagef("want: consumer dead list|show|replay|discard, consumer declare or consumer delete")
 	}
 	args = args[1:]
 	if len(args) == 0 {
@@ -73,9 +76,7 @@ func (c *cli) deadLetterTarget(fs *flag.FlagSet, f deadLetterFlags, ids []string
 	if out.AggregateType, out.AggregateID, err = parseAggregate(*f.aggregate); err != nil {
 		return nil, out, err
 	}
-	explicit := false
-	fs.Visit(func(fl *flag.Flag) { explicit = explicit || fl.Name == "exchange" })
-	cfg, err := c.amqpConfig(*f.exchange, explicit)
+	cfg, err := c.amqpConfig(fs, *f.exchange)
 	return cfg, out, err
 }
 

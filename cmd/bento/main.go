@@ -21,6 +21,7 @@
 //	bento consumer dead show ID --group G [--show-payload] [--json]
 //	bento consumer dead replay|discard (ID...|filters|--all) --group G [--dry-run] [--yes]
 //	bento consumer declare --group G --event-type T... [--partitions N] [--classic]
+//	bento consumer delete (--group G|--topology) [--dry-run] [--yes]
 //	bento unroutable list [--event-type T]... [--limit N]
 //	bento unroutable replay [--event-type T]... [--dry-run] [--yes]
 //
@@ -28,9 +29,9 @@
 // AMQP_URL and use the exchange of --exchange (or BENTO_EXCHANGE; default
 // bento.events).
 //
-// Every command that deletes or changes rows says what it would do with
-// --dry-run and changes nothing; without --yes it asks for confirmation on
-// standard input first.
+// Every command that deletes or changes rows or queues says what it would
+// do with --dry-run and changes nothing; without --yes it asks for
+// confirmation on standard input first.
 //
 // Exit codes: 0 success; 1 the operation failed, or was declined at the
 // confirmation prompt; 2 the command could not start: bad arguments, or
@@ -111,6 +112,7 @@ Commands:
   consumer dead list|show|replay|discard
                             a consumer group's dead letters on RabbitMQ (AMQP_URL)
   consumer declare          declare a group's queues before it is deployed
+  consumer delete           delete a group's queues (and the exchange's, --topology)
   unroutable list|replay    events no queue was bound for, parked by RabbitMQ
   purge                     delete sent outbox rows past retention
   inbox purge               delete inbox records past the dedup window

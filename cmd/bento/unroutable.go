@@ -12,9 +12,11 @@ import (
 	"github.com/bentoevents/bento/messaging"
 )
 
-// amqpConfig returns the broker of AMQP_URL with the exchange of the flag,
-// or of BENTO_EXCHANGE when the flag was not given.
-func (c *cli) amqpConfig(exchange string, explicit bool) (*messaging.AMQPConfig, error) {
+// amqpConfig returns the broker of AMQP_URL with exchange, the value of
+// fs's flag "exchange", or BENTO_EXCHANGE when that flag was not given.
+func (c *cli) amqpConfig(fs *flag.FlagSet, exchange string) (*messaging.AMQPConfig, error) {
+	explicit := false
+	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "exchange" })
 	url := strings.TrimSpace(c.getenv("AMQP_URL"))
 	if url == "" {
 		return nil, usagef("AMQP_URL is not set: set it to the RabbitMQ broker, amqp://user:pass@host:5672/")
@@ -50,9 +52,7 @@ func (c *cli) unroutable(ctx context.Context, args []string) error {
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
-	explicit := false
-	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "exchange" })
-	cfg, err := c.amqpConfig(*exchange, explicit)
+	cfg, err := c.amqpConfig(fs, *exchange)
 	if err != nil {
 		return err
 	}
@@ -135,9 +135,7 @@ func (c *cli) consumerDeclare(ctx context.Context, args []string) error {
 	if *group == "" || len(types) == 0 {
 		return usagef("--group and at least one --event-type are required")
 	}
-	explicit := false
-	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "exchange" })
-	cfg, err := c.amqpConfig(*exchange, explicit)
+	cfg, err := c.amqpConfig(fs, *exchange)
 	if err != nil {
 		return err
 	}

@@ -4,12 +4,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bentoevents/bento/aggregate"
-	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
 )
 
@@ -20,21 +18,10 @@ import (
 // delivers it into them, with its id.
 func TestUnroutableAndDeclareThroughTheBinary(t *testing.T) {
 	t.Parallel()
-	ex := testenv.NewExchange(t)
-	amqpCfg := &messaging.AMQPConfig{URL: ex.URL, Exchange: ex.Name}
-	pub, err := messaging.NewAMQPPublisher(amqpCfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = pub.Close() })
-	ex.Queues(messaging.UnroutableQueue(ex.Name))
-	m := message.NewMessage(aggregate.NewID(), []byte(`{}`))
-	m.Metadata.Set(messaging.MetaEventType, "late.event")
-	require.NoError(t, pub.Publish("late.event", m))
-	env := []string{"AMQP_URL=" + ex.URL, "BENTO_EXCHANGE=" + ex.Name}
-	depth := func(q string) int {
-		n, err := messaging.QueueDepth(t.Context(), amqpCfg, q)
-		require.NoError(t, err)
-		return n
-	}
+	b := newBroker(t)
+	ex, env := b.ex, b.env
+	m := b.publish(t, "late.event")
+	depth := func(q string) int { return b.depth(t, q) }
 	require.Eventually(t, func() bool { return depth(messaging.UnroutableQueue(ex.Name)) == 1 }, 10*time.Second, 20*time.Millisecond)
 
 	r := bentoEnv(t, env, "", "unroutable", "list")

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"time"
 
+	"gorm.io/gorm"
+
 	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/examples/minishop/inventory"
 	"github.com/bentoevents/bento/examples/minishop/order"
@@ -54,7 +56,8 @@ func (a *App) inventoryConsumer() (*consumer.Consumer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := consumer.Handle(c, func(ctx context.Context, e order.OrderPlaced, env *messaging.Envelope) error {
+	if err := consumer.Handle(c, func(ctx context.Context, _ *gorm.DB, e order.OrderPlaced, _ *messaging.Envelope) error {
+		// A unit of work begun with ctx joins the inbox transaction.
 		return a.units.Run(ctx, func(ctx context.Context, u *uow.UnitOfWork) error {
 			items := mergeItems(e.Items)
 			stocks, err := a.loadStocks(ctx, u, items)
@@ -74,7 +77,7 @@ func (a *App) inventoryConsumer() (*consumer.Consumer, error) {
 	}); err != nil {
 		return nil, err
 	}
-	if err := consumer.Handle(c, func(ctx context.Context, e order.OrderCancelled, env *messaging.Envelope) error {
+	if err := consumer.Handle(c, func(ctx context.Context, _ *gorm.DB, e order.OrderCancelled, _ *messaging.Envelope) error {
 		return a.units.Run(ctx, func(ctx context.Context, u *uow.UnitOfWork) error {
 			r, err := uow.Get[inventory.Reservation](ctx, u, e.OrderID)
 			if errors.Is(err, uow.ErrNotFound) {
@@ -137,7 +140,7 @@ func (a *App) orderingConsumer() (*consumer.Consumer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := consumer.Handle(c, func(ctx context.Context, e inventory.StockRejected, env *messaging.Envelope) error {
+	if err := consumer.Handle(c, func(ctx context.Context, _ *gorm.DB, e inventory.StockRejected, _ *messaging.Envelope) error {
 		return a.units.Run(ctx, func(ctx context.Context, u *uow.UnitOfWork) error {
 			o, err := uow.Get[order.Order](ctx, u, e.OrderID)
 			if err != nil {
@@ -163,31 +166,31 @@ func (a *App) notificationConsumer() (*consumer.Consumer, error) {
 	if err != nil {
 		return nil, err
 	}
-	notify := func(ctx context.Context, env *messaging.Envelope, orderID, text string) error {
-		db := uow.DB(ctx, a.db) // the inbox transaction
+	// notify writes through tx, the inbox transaction the handler received.
+	notify := func(tx *gorm.DB, env *messaging.Envelope, orderID, text string) error {
 		var o order.Order
-		if err := db.Take(&o, "id = ?", orderID).Error; err != nil {
+		if err := tx.Take(&o, "id = ?", orderID).Error; err != nil {
 			return fmt.Errorf("order %s: %w", orderID, err)
 		}
-		return db.Create(&Notification{EventID: env.ID, OrderID: orderID, CustomerID: o.CustomerID, Text: text}).Error
+		return tx.Create(&Notification{EventID: env.ID, OrderID: orderID, CustomerID: o.CustomerID, Text: text}).Error
 	}
-	if err := consumer.Handle(c, func(ctx context.Context, e order.OrderPaid, env *messaging.Envelope) error {
-		return notify(ctx, env, e.OrderID,
+	if err := consumer.Handle(c, func(_ context.Context, tx *gorm.DB, e order.OrderPaid, env *messaging.Envelope) error {
+		return notify(tx, env, e.OrderID,
 			fmt.Sprintf("Payment of %d cents received for order %s; we are packing it.", e.AmountCents, e.OrderID))
 	}); err != nil {
 		return nil, err
 	}
-	if err := consumer.Handle(c, func(ctx context.Context, e order.OrderPaymentFailed, env *messaging.Envelope) error {
-		return notify(ctx, env, e.OrderID, fmt.Sprintf("Your payment of %d cents for order %s was declined (%s); the order waits for another payment.",
+	if err := consumer.Handle(c, func(_ context.Context, tx *gorm.DB, e order.OrderPaymentFailed, env *messaging.Envelope) error {
+		return notify(tx, env, e.OrderID, fmt.Sprintf("Your payment of %d cents for order %s was declined (%s); the order waits for another payment.",
 			e.AmountCents, e.OrderID, e.Reason))
 	}); err != nil {
 		return nil, err
 	}
-	if err := consumer.Handle(c, func(ctx context.Context, e order.OrderCancelled, env *messaging.Envelope) error {
+	if err := consumer.Handle(c, func(_ context.Context, tx *gorm.DB, e order.OrderCancelled, env *messaging.Envelope) error {
 		if e.Reason == "" {
 			return nil // the customer cancelled: they know
 		}
-		return notify(ctx, env, e.OrderID, fmt.Sprintf("We are sorry: order %s is cancelled (%s).", e.OrderID, e.Reason))
+		return notify(tx, env, e.OrderID, fmt.Sprintf("We are sorry: order %s is cancelled (%s).", e.OrderID, e.Reason))
 	}); err != nil {
 		return nil, err
 	}

@@ -241,17 +241,19 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	notify := func(ctx context.Context, env *messaging.Envelope, orderID, text string) error {
+	// Each handler receives tx, the inbox transaction: what it writes
+	// through tx commits with the inbox record, exactly once.
+	notify := func(tx *gorm.DB, env *messaging.Envelope, orderID, text string) error {
 		n := Notification{EventID: env.ID, OrderID: orderID, Text: text}
-		return uow.DB(ctx, db).Create(&n).Error // in the inbox's transaction
+		return tx.Create(&n).Error
 	}
-	if err := consumer.Handle(c, func(ctx context.Context, e OrderPlaced, env *messaging.Envelope) error {
-		return notify(ctx, env, e.OrderID, fmt.Sprintf("order %s placed: %d cents", e.OrderID, e.TotalCents))
+	if err := consumer.Handle(c, func(_ context.Context, tx *gorm.DB, e OrderPlaced, env *messaging.Envelope) error {
+		return notify(tx, env, e.OrderID, fmt.Sprintf("order %s placed: %d cents", e.OrderID, e.TotalCents))
 	}); err != nil {
 		return err
 	}
-	if err := consumer.Handle(c, func(ctx context.Context, e OrderPaid, env *messaging.Envelope) error {
-		return notify(ctx, env, e.OrderID, fmt.Sprintf("order %s paid: %d cents", e.OrderID, e.AmountCents))
+	if err := consumer.Handle(c, func(_ context.Context, tx *gorm.DB, e OrderPaid, env *messaging.Envelope) error {
+		return notify(tx, env, e.OrderID, fmt.Sprintf("order %s paid: %d cents", e.OrderID, e.AmountCents))
 	}); err != nil {
 		return err
 	}

@@ -138,8 +138,7 @@ func notificationConsumer(t *testing.T, db *gorm.DB, cfg redisbus.Config, reg pr
 	ccfg.Registerer = reg
 	c, err := redisbus.NewConsumer(db, cfg, ccfg)
 	require.NoError(t, err)
-	require.NoError(t, consumer.Handle(c, func(ctx context.Context, e order.OrderPaid, env *messaging.Envelope) error {
-		tx := uow.DB(ctx, db) // the inbox transaction
+	require.NoError(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e order.OrderPaid, env *messaging.Envelope) error {
 		var o order.Order
 		if err := tx.Take(&o, "id = ?", e.OrderID).Error; err != nil {
 			return fmt.Errorf("order %s: %w", e.OrderID, err)
@@ -148,7 +147,7 @@ func notificationConsumer(t *testing.T, db *gorm.DB, cfg redisbus.Config, reg pr
 			EventID: env.ID, OrderID: e.OrderID, CustomerID: o.CustomerID, AmountCents: e.AmountCents,
 		}).Error
 	}))
-	require.NoError(t, consumer.Handle(c, func(ctx context.Context, e order.OrderCancelled, env *messaging.Envelope) error {
+	require.NoError(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e order.OrderCancelled, env *messaging.Envelope) error {
 		return nil // a cancelled order notifies nobody
 	}))
 	return c

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/consumer"
@@ -203,7 +204,7 @@ func TestDeadLetters(t *testing.T) {
 	ccfg.Logger = testLogger()
 	c, err := redisbus.NewConsumer(db, cfg, ccfg)
 	require.NoError(t, err)
-	require.NoError(t, consumer.Handle(c, func(ctx context.Context, e order.OrderPaid, env *messaging.Envelope) error {
+	require.NoError(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e order.OrderPaid, env *messaging.Envelope) error {
 		return consumer.Permanent(errors.New("card declined"))
 	}))
 	runConsumer(t, c)

@@ -21,7 +21,6 @@ import (
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
-	"github.com/bentoevents/bento/uow"
 )
 
 // SKUOrdered is the event the fixture publishes, one per SKU.
@@ -71,11 +70,11 @@ func Start(t testing.TB, db *gorm.DB, ex *testenv.Exchange, prefix string) *Fixt
 	ex.Partitioned(f.Group, 2)
 	c, err := consumer.NewAMQP(ctx, db, f.AMQP, &consumer.Config{Group: f.Group, Partitions: 2, DisableHoldBack: true})
 	require.NoError(t, err)
-	require.NoError(t, consumer.Handle(c, func(ctx context.Context, e SKUOrdered, env *messaging.Envelope) error {
+	require.NoError(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e SKUOrdered, env *messaging.Envelope) error {
 		if !f.fixed.Load() {
 			return consumer.Permanent(errors.New("unknown sku " + e.SKU))
 		}
-		return uow.DB(ctx, nil).Create(&Applied{MessageID: env.ID}).Error
+		return tx.Create(&Applied{MessageID: env.ID}).Error
 	}))
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)

@@ -36,7 +36,6 @@ var allowed = map[string]map[string]string{
 		"inbox":     "it creates the inbox tables the consumer writes",
 		"messaging": "it publishes the fixture's events over AMQP",
 		"outbox":    "it builds the events as outbox rows, as the relay does",
-		"uow":       "the fixed handler writes through the inbox transaction",
 	},
 }
 

@@ -2,6 +2,7 @@ package migrate_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"testing/fstest"
 
@@ -94,4 +95,25 @@ func TestLoadVariantReplacesByName(t *testing.T) {
 	assert.Error(t, err, "a variant file must replace a file of the dialect")
 	_, err = migrate.LoadVariant(fsys, dialect.Postgres, "missing")
 	assert.Error(t, err)
+}
+
+// TestRequireNamesMissingTables: Require wraps the sentinel it is given and
+// names the tables missing, returns nil once they all exist, and leaves a
+// transaction it runs in usable (on PostgreSQL a failed statement would
+// abort it).
+func TestRequireNamesMissingTables(t *testing.T) {
+	errMissing := errors.New("widgets: call Migrate first")
+	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend, db *gorm.DB) {
+		require.NoError(t, db.Exec("CREATE TABLE gadgets (id INTEGER PRIMARY KEY)").Error)
+		err := migrate.Require(db, "widgets", errMissing, "gadgets", "widgets")
+		require.ErrorIs(t, err, errMissing)
+		assert.Contains(t, err.Error(), "missing: widgets", "it names the missing table, and only it")
+		assert.NotContains(t, err.Error(), "gadgets")
+
+		require.NoError(t, db.Transaction(func(tx *gorm.DB) error {
+			require.ErrorIs(t, migrate.Require(tx, "widgets", errMissing, "widgets"), errMissing)
+			return tx.Exec("CREATE TABLE widgets (id INTEGER PRIMARY KEY)").Error
+		}), "the transaction goes on after the check")
+		require.NoError(t, migrate.Require(db, "widgets", errMissing, "gadgets", "widgets"))
+	})
 }

@@ -1,0 +1,4 @@
+package bentotest
+
+// BusyHint is what Drain's failure says when consumers stay busy.
+const BusyHint = busyHint

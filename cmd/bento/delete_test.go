@@ -1,0 +1,97 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bentoevents/bento/aggregate"
+	"github.com/bentoevents/bento/internal/testenv"
+	"github.com/bentoevents/bento/messaging"
+)
+
+// TestConsumerDeleteThroughTheBinary: what "bento consumer declare"
+// declared, "bento consumer delete" deletes, messages included, after a dry
+// run and a declined prompt that change nothing; --topology then deletes
+// the exchange's topology, and a second run finds nothing left.
+func TestConsumerDeleteThroughTheBinary(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	ex, env := b.ex, b.env
+	group := "gone" + aggregate.NewID()[18:]
+	ex.Partitioned(group, 2) // deleted at cleanup, should the test fail first
+	r := bentoEnv(t, env, "", "consumer", "declare", "--group", group, "--event-type", "gone.*", "--partitions", "2")
+	require.Equal(t, 0, r.code, r.stderr)
+	b.publish(t, "gone.event")
+	p0, p1 := messaging.PartitionQueue(group, 0), messaging.PartitionQueue(group, 1)
+	depth := func(q string) int { return b.depth(t, q) }
+	require.Eventually(t, func() bool { return depth(p0)+depth(p1) == 1 }, 10*time.Second, 20*time.Millisecond)
+
+	r = bentoEnv(t, env, "", "consumer", "delete")
+	assert.Equal(t, 2, r.code, "nothing said to delete")
+	r = bentoEnv(t, env, "", "consumer", "delete", "--group", group, "--dry-run")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "would delete 2 queue(s) with 1 message(s): "+p0+", "+p1)
+	assert.Contains(t, r.stdout, ex.Name+".hash."+group)
+	r = bentoEnv(t, env, "n\n", "consumer", "delete", "--group", group)
+	assert.Equal(t, 1, r.code, "declined")
+	assert.Equal(t, 1, depth(p0)+depth(p1), "neither the dry run nor the declined prompt deleted anything")
+
+	r = bentoEnv(t, env, "y\n", "consumer", "delete", "--group", group)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "deleted 2 queue(s) with 1 message(s)")
+	for _, q := range []string{p0, p1} {
+		_, err := messaging.QueueDepth(t.Context(), b.cfg, q)
+		require.ErrorIs(t, err, messaging.ErrQueueNotFound, q)
+	}
+
+	r = bentoEnv(t, env, "", "consumer", "delete", "--topology", "--yes")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "deleted 1 queue(s) with 0 message(s): "+messaging.UnroutableQueue(ex.Name))
+	assert.Contains(t, r.stdout, "2 exchange(s): "+ex.Name+", "+ex.Name+".unroutable")
+	r = bentoEnv(t, env, "", "consumer", "delete", "--group", group, "--topology", "--yes")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "nothing to delete")
+}
+
+// broker is a fresh exchange on the test broker, the environment that
+// points bento at it, and a publisher to it.
+type broker struct {
+	ex  *testenv.Exchange
+	cfg *messaging.AMQPConfig
+	env []string
+	pub *messaging.AMQPPublisher
+}
+
+func newBroker(t *testing.T) *broker {
+	t.Helper()
+	ex := testenv.NewExchange(t)
+	b := &broker{ex: ex, cfg: &messaging.AMQPConfig{URL: ex.URL, Exchange: ex.Name},
+		env: []string{"AMQP_URL=" + ex.URL, "BENTO_EXCHANGE=" + ex.Name}}
+	pub, err := messaging.NewAMQPPublisher(b.cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	b.pub = pub
+	ex.Queues(messaging.UnroutableQueue(ex.Name))
+	return b
+}
+
+// publish publishes an event of type eventType and returns it.
+func (b *broker) publish(t *testing.T, eventType string) *message.Message {
+	t.Helper()
+	m := message.NewMessage(aggregate.NewID(), []byte(`{}`))
+	m.Metadata.Set(messaging.MetaEventType, eventType)
+	require.NoError(t, b.pub.Publish(eventType, m))
+	return m
+}
+
+// depth returns how many messages wait in queue.
+func (b *broker) depth(t *testing.T, queue string) int {
+	t.Helper()
+	n, err := messaging.QueueDepth(t.Context(), b.cfg, queue)
+	require.NoError(t, err)
+	return n
+}
