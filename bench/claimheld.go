@@ -13,6 +13,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/partition"
 )
 
 // claimHeldConfig sizes the claimheld scenario: the claim cost with events
@@ -192,9 +193,9 @@ func runClaimHeldLayout(ctx context.Context, e *env, cfg claimHeldConfig, layout
 		return nil, err
 	}
 	defer closeGorm(db)
-	var opts *outbox.MigrateOpts
+	var opts *partition.MigrateOpts
 	if layout == layoutPartitioned {
-		opts = &outbox.MigrateOpts{Partitioning: outbox.Daily}
+		opts = &partition.MigrateOpts{Partitioning: partition.Daily}
 	}
 	if err := outbox.MigrateWith(ctx, db, opts); err != nil {
 		return nil, err

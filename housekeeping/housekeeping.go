@@ -36,6 +36,7 @@ import (
 	"github.com/bentoevents/bento/internal/promreg"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/partition"
 )
 
 // Defaults of Config.
@@ -188,7 +189,7 @@ func prepare(cfg *Config, m metrics) (Config, []job, error) {
 				return store.PurgeSent(ctx, c.OutboxRetention, nil)
 			}},
 			job{JobOutboxMaintain, func(ctx context.Context) (int64, error) {
-				return maintained(outbox.Maintain(ctx, db, &outbox.MaintainOpts{Retention: c.OutboxRetention}))
+				return maintained(outbox.Maintain(ctx, db, &partition.MaintainOpts{Retention: c.OutboxRetention}))
 			}})
 	}
 	if c.InboxRetention > 0 {
@@ -197,7 +198,7 @@ func prepare(cfg *Config, m metrics) (Config, []job, error) {
 				return inbox.Purge(ctx, db, c.InboxRetention, nil)
 			}},
 			job{JobInboxMaintain, func(ctx context.Context) (int64, error) {
-				return maintained(inbox.Maintain(ctx, db, &inbox.MaintainOpts{Retention: c.InboxRetention}))
+				return maintained(inbox.Maintain(ctx, db, &partition.MaintainOpts{Retention: c.InboxRetention}))
 			}})
 	}
 	if c.Unroutable != nil {
@@ -236,8 +237,8 @@ func countUnroutable(ctx context.Context, c Config, gauge *prometheus.GaugeVec) 
 
 // maintained turns a maintenance result into the partitions it dropped, or
 // errSkip for a table that is not partitioned.
-func maintained(res *outbox.MaintainResult, err error) (int64, error) {
-	if errors.Is(err, outbox.ErrNotPartitioned) || errors.Is(err, outbox.ErrPartitioningUnsupported) {
+func maintained(res *partition.MaintainResult, err error) (int64, error) {
+	if errors.Is(err, partition.ErrNotPartitioned) || errors.Is(err, partition.ErrUnsupported) {
 		return 0, errSkip
 	}
 	if res == nil {

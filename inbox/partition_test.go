@@ -13,16 +13,18 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/inbox"
+	"github.com/bentoevents/bento/internal/fakeclock"
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/partition"
 )
 
 // The behavioural suites of this package also run on partitioned tables.
 func init() {
 	testenv.PartitionTables(func(t testing.TB, db *gorm.DB) {
 		ctx := context.Background()
-		require.NoError(t, outbox.MigrateWith(ctx, db, &outbox.MigrateOpts{Partitioning: outbox.Daily}))
-		require.NoError(t, inbox.MigrateWith(ctx, db, &inbox.MigrateOpts{Partitioning: outbox.Daily}))
+		require.NoError(t, outbox.MigrateWith(ctx, db, &partition.MigrateOpts{Partitioning: partition.Daily}))
+		require.NoError(t, inbox.MigrateWith(ctx, db, &partition.MigrateOpts{Partitioning: partition.Daily}))
 	})
 }
 
@@ -40,8 +42,8 @@ func TestPartitionedInboxDedupAndRetention(t *testing.T) {
 	ctx := context.Background()
 	nov1 := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 	db, _ := testenv.Postgres(t)
-	require.NoError(t, inbox.MigrateWith(ctx, db, &inbox.MigrateOpts{
-		Partitioning: outbox.Daily, Ahead: 10, Now: func() time.Time { return nov1 },
+	require.NoError(t, inbox.MigrateWith(ctx, db, &partition.MigrateOpts{
+		Partitioning: partition.Daily, Ahead: 10, Clock: fakeclock.New(nov1),
 	}))
 	require.NoError(t, db.AutoMigrate(&Effect{}))
 	in, err := inbox.New(db, &inbox.Config{Consumer: "billing", Now: func() time.Time { return nov1.AddDate(0, 0, 5) }})
@@ -66,14 +68,14 @@ func TestPartitionedInboxDedupAndRetention(t *testing.T) {
 
 	// Retention: with 5 days, on Nov 8 the Nov 2 partition goes (its
 	// range ended Nov 3), the Nov 4 one stays.
-	plan, err := inbox.Maintain(ctx, db, &inbox.MaintainOpts{
-		Retention: 5 * 24 * time.Hour, Now: func() time.Time { return nov1.AddDate(0, 0, 7) }, DryRun: true,
+	plan, err := inbox.Maintain(ctx, db, &partition.MaintainOpts{
+		Retention: 5 * 24 * time.Hour, Clock: fakeclock.New(nov1.AddDate(0, 0, 7)), DryRun: true,
 	})
 	require.NoError(t, err)
 	assert.Equal(t, []string{"inbox_messages_p20261101", "inbox_messages_p20261102"}, plan.Dropped)
 	assert.Equal(t, "inbox_messages_p20261102", inboxPartitionOf(t, db, "billing", nov2), "a dry run drops nothing")
-	res, err := inbox.Maintain(ctx, db, &inbox.MaintainOpts{
-		Retention: 5 * 24 * time.Hour, Now: func() time.Time { return nov1.AddDate(0, 0, 7) },
+	res, err := inbox.Maintain(ctx, db, &partition.MaintainOpts{
+		Retention: 5 * 24 * time.Hour, Clock: fakeclock.New(nov1.AddDate(0, 0, 7)),
 	})
 	require.NoError(t, err)
 	assert.Equal(t, []string{"inbox_messages_p20261101", "inbox_messages_p20261102"}, res.Dropped)
@@ -96,12 +98,12 @@ func TestPartitionedInboxDedupAndRetention(t *testing.T) {
 func TestPartitionedInboxErrors(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	daily := &inbox.MigrateOpts{Partitioning: outbox.Daily}
-	require.ErrorIs(t, inbox.MigrateWith(ctx, testenv.SQLite(t), daily), outbox.ErrPartitioningUnsupported)
+	daily := &partition.MigrateOpts{Partitioning: partition.Daily}
+	require.ErrorIs(t, inbox.MigrateWith(ctx, testenv.SQLite(t), daily), partition.ErrUnsupported)
 
 	plain, _ := testenv.Postgres(t)
 	require.NoError(t, inbox.Migrate(ctx, plain))
-	require.ErrorIs(t, inbox.MigrateWith(ctx, plain, daily), outbox.ErrNotPartitioned)
+	require.ErrorIs(t, inbox.MigrateWith(ctx, plain, daily), partition.ErrNotPartitioned)
 	_, err := inbox.Maintain(ctx, plain, nil)
-	require.ErrorIs(t, err, outbox.ErrNotPartitioned)
+	require.ErrorIs(t, err, partition.ErrNotPartitioned)
 }

@@ -25,7 +25,7 @@
 //
 // [Store.PurgeSent] deletes old sent rows in short batches. On PostgreSQL the
 // table can instead be created partitioned by day or month
-// ([MigrateWith] with [MigrateOpts].Partitioning); [Maintain], run on a
+// ([MigrateWith] with [partition.MigrateOpts].Partitioning); [Maintain], run on a
 // schedule, then creates partitions ahead, seals old ones so claims skip
 // them, and drops those past retention whose rows are all sent.
 //

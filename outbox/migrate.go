@@ -8,7 +8,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/internal/migrate"
-	"github.com/bentoevents/bento/internal/partition"
+	"github.com/bentoevents/bento/partition"
 )
 
 //go:embed migrations
@@ -36,15 +36,17 @@ func Migrate(ctx context.Context, db *gorm.DB) error {
 }
 
 // MigrateWith is [Migrate] with options; nil opts means none. With
-// opts.Partitioning it creates a partitioned table on PostgreSQL: see
-// [MigrateOpts] and [Maintain]. A table keeps the layout it was created with,
-// so later calls of Migrate upgrade a partitioned table too.
+// opts.Partitioning it creates outbox_events on PostgreSQL partitioned by
+// created_at, in ranges of that interval (see [partition.MigrateOpts]), to
+// be kept in shape by [Maintain]. A table keeps the layout it was created
+// with, so later calls of Migrate upgrade a partitioned table too.
 //
 // Errors: dialect errors for an unsupported database;
-// ErrPartitioningUnsupported, ErrNotPartitioned, ErrIntervalMismatch or a
-// *MaintenanceError when partitioning is asked; ErrClosed; or the database
-// error.
-func MigrateWith(ctx context.Context, db *gorm.DB, opts *MigrateOpts) error {
+// partition.ErrUnsupported, partition.ErrUnknownInterval,
+// partition.ErrNotPartitioned, partition.ErrIntervalMismatch or a
+// *partition.StepError when partitioning is asked; ErrClosed; or the
+// database error.
+func MigrateWith(ctx context.Context, db *gorm.DB, opts *partition.MigrateOpts) error {
 	if opts != nil && opts.Partitioning != partition.None {
 		return migratePartitioned(ctx, db, opts)
 	}

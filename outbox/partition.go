@@ -2,120 +2,24 @@ package outbox
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 	"time"
 
 	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/internal/dialect"
-	"github.com/bentoevents/bento/internal/partition"
+	"github.com/bentoevents/bento/internal/migrate"
+	ipartition "github.com/bentoevents/bento/internal/partition"
 	"github.com/bentoevents/bento/internal/purge"
+	"github.com/bentoevents/bento/partition"
 )
 
-// Interval is the time span of one partition of a partitioned table.
-type Interval = partition.Interval
-
-const (
-	// Daily partitions span one UTC day: outbox_events_pYYYYMMDD.
-	Daily = partition.Daily
-	// Monthly partitions span one UTC calendar month: outbox_events_pYYYYMM.
-	Monthly = partition.Monthly
-)
-
-var (
-	// ErrPartitioningUnsupported is returned when partitioning is asked of
-	// a database other than PostgreSQL.
-	ErrPartitioningUnsupported = partition.ErrUnsupported
-	// ErrNotPartitioned is returned by Maintain for a table created without
-	// partitioning, and by Migrate when partitioning is asked of a table
-	// that already exists unpartitioned (converting one is a manual job).
-	ErrNotPartitioned = partition.ErrNotPartitioned
-	// ErrIntervalMismatch is returned by Migrate when the table is
-	// partitioned with another interval than the one asked for.
-	ErrIntervalMismatch = partition.ErrIntervalMismatch
-	// ErrLockTimeout is returned (inside a *MaintenanceError) when a
-	// maintenance step could not take a table lock within
-	// MaintainOpts.LockTimeout, after retries. The step changed nothing;
-	// the next run tries again.
-	ErrLockTimeout = partition.ErrLockTimeout
-)
-
-// MaintenanceError says which step (Step: "create", "seal", "drop" or
-// "cleanup") failed on which partition (Partition) of which table (Table),
-// and why (Err, which may wrap ErrLockTimeout). Use errors.As.
-type MaintenanceError = partition.StepError
-
-// Defaults of MigrateOpts and MaintainOpts.
-const (
-	DefaultRetention   = 7 * 24 * time.Hour
-	DefaultSealAfter   = time.Hour
-	DefaultLockTimeout = 200 * time.Millisecond
-)
-
-// MigrateOpts are the options of [MigrateWith]. A nil *MigrateOpts means an
-// unpartitioned table.
-type MigrateOpts struct {
-	// Partitioning, when set (Daily or Monthly), creates outbox_events as
-	// a table partitioned by created_at in ranges of this interval, with a
-	// default partition, and creates the partitions from now's to Ahead
-	// after it. PostgreSQL only. It takes effect when the table is created:
-	// an existing table keeps the layout it was created with. Defaults to
-	// none.
-	Partitioning Interval
-	// Ahead is how many partitions after the current one are created.
-	// Defaults to 7 for Daily and 2 for Monthly.
-	Ahead int
-	// Now is the clock the first partitions are created from. Defaults to
-	// time.Now.
-	Now func() time.Time
-}
-
-// MaintainOpts configure [Maintain]. A nil *MaintainOpts means defaults.
-type MaintainOpts struct {
-	// Ahead is how many partitions after the current one must exist, so
-	// rows never fall into the default partition while maintenance runs at
-	// least that often. Defaults to 7 for Daily and 2 for Monthly.
-	Ahead int
-	// Retention: a partition whose range ended at least this long ago is
-	// dropped if every row in it is sent. Defaults to 7 days.
-	Retention time.Duration
-	// SealAfter: a partition whose range ended at least this long ago and
-	// whose rows are all sent gets a CHECK (status = 'sent') constraint, so
-	// claims no longer look into it (partition pruning by constraint). It
-	// must exceed the longest transaction that writes events plus any clock
-	// skew between writers: a late event stamped inside a sealed range
-	// makes its commit fail (loudly: nothing is lost). Defaults to 1 hour.
-	SealAfter time.Duration
-	// LockTimeout bounds every wait of a maintenance step for a table
-	// lock; a step that times out is retried twice, then reported with
-	// ErrLockTimeout. Claims and commits wait behind a step at most this
-	// long. Defaults to 200ms.
-	LockTimeout time.Duration
-	// Now is the clock. Defaults to time.Now.
-	Now func() time.Time
-	// DryRun reports what the run would do without doing it: no lock is
-	// taken and nothing changes; the result lists the partitions that would
-	// be created, sealed, dropped or kept. Defaults to false.
-	DryRun bool
-}
-
-// MaintainResult says what a [Maintain] run did, by partition name.
-type MaintainResult struct {
-	// Created, Sealed and Dropped list the partitions each step changed.
-	Created, Sealed, Dropped []string
-	// Kept lists partitions due for sealing or dropping that still hold
-	// rows that are not sent (new, publishing, failed or dead). A dead row
-	// keeps its partition until it is requeued and sent, or discarded.
-	Kept []string
-	// Blocked lists partitions not created because the default partition
-	// already holds rows of their range (maintenance fell behind); those
-	// rows stay in the default partition, which PurgeSent cleans.
-	Blocked []string
-}
+// DefaultRetention is the outbox's default of
+// [partition.MaintainOpts].Retention: 7 days.
+const DefaultRetention = 7 * 24 * time.Hour
 
 // table describes partitioned outbox_events to the maintenance engine.
-var table = partition.Table{
+var table = ipartition.Table{
 	Name:  "outbox_events",
 	Bound: func(t time.Time) string { return "'" + t.UTC().Format("2006-01-02 15:04:05") + "+00'" },
 	Pending: func(p string) string {
@@ -126,6 +30,7 @@ var table = partition.Table{
 	},
 	Seal:      "status = 'sent'",
 	AfterDrop: freeKeys,
+	Retention: DefaultRetention,
 }
 
 // freeKeys deletes, in short batches, the dedup keys and aggregate
@@ -139,74 +44,46 @@ func freeKeys(ctx context.Context, db *gorm.DB, end time.Time) error {
 	return nil
 }
 
-func clock(now func() time.Time) time.Time {
-	if now == nil {
-		return time.Now()
-	}
-	return now()
-}
-
 // migratePartitioned applies the partitioned variant and sets up its
 // partitions.
-func migratePartitioned(ctx context.Context, db *gorm.DB, o *MigrateOpts) error {
-	if d, err := dialect.Of(db); err != nil || d != dialect.Postgres {
-		return fmt.Errorf("outbox: migrate: %w (%s)", ErrPartitioningUnsupported, d)
-	}
-	if err := migrateUp(ctx, db, "partitioned"); err != nil {
-		return err
-	}
-	err := partition.Setup(ctx, db, table, o.Partitioning, clock(o.Now), o.Ahead, DefaultLockTimeout)
+func migratePartitioned(ctx context.Context, db *gorm.DB, o *partition.MigrateOpts) error {
+	err := ipartition.Setup(ctx, db, table, *o, func(ctx context.Context) error {
+		return migrate.UpVariant(ctx, db, component, Migrations(), "partitioned")
+	})
 	if err != nil {
 		return wrapDB("outbox: migrate", err)
 	}
 	return nil
 }
 
-// Maintain keeps a partitioned outbox_events table (see [MigrateOpts] and [MigrateWith]) in
+// Maintain keeps a partitioned outbox_events table (see [MigrateWith]) in
 // shape; run it periodically (hourly for Daily, daily for Monthly) from one
 // or several processes. It
 //   - creates the partitions from the current one to opts.Ahead after it;
-//   - seals partitions past opts.SealAfter whose rows are all sent, so
-//     claims skip them;
+//   - seals partitions past opts.SealAfter whose rows are all sent
+//     (CHECK (status = 'sent')), so claims skip them;
 //   - drops partitions whose range ended opts.Retention ago or more and
 //     whose rows are all sent, checked under the table lock the drop takes:
-//     a partition holding a new, publishing, failed or dead row is kept;
-//   - frees the dedup keys of dropped events.
+//     a partition holding a new, publishing, failed or dead row is kept
+//     (listed in the result's Kept);
+//   - frees the dedup keys and aggregate versions of dropped events.
 //
-// Each step is a short transaction with a lock timeout, serialised across
-// processes by an advisory lock. Maintain carries on past a failed step and
-// returns what it did along with the failures joined.
+// A nil opts means defaults; opts.Retention defaults to [DefaultRetention]
+// (7 days). Each step is a short transaction with a lock timeout,
+// serialised across processes by an advisory lock. Maintain carries on past
+// a failed step and returns what it did along with the failures joined.
+// Rows in the default partition are never dropped: [Store.PurgeSent]
+// removes them.
 //
-// Errors: ErrPartitioningUnsupported, ErrNotPartitioned, ErrClosed,
-// *MaintenanceError (possibly wrapping ErrLockTimeout), or the database
-// error.
-func Maintain(ctx context.Context, db *gorm.DB, opts *MaintainOpts) (*MaintainResult, error) {
-	var o MaintainOpts
-	if opts != nil {
-		o = *opts
-	}
-	if o.Retention <= 0 {
-		o.Retention = DefaultRetention
-	}
-	if o.SealAfter <= 0 {
-		o.SealAfter = DefaultSealAfter
-	}
-	if o.LockTimeout <= 0 {
-		o.LockTimeout = DefaultLockTimeout
-	}
-	res, err := partition.Maintain(ctx, db, table, partition.Opts{
-		Ahead:       o.Ahead,
-		Retention:   o.Retention,
-		SealAfter:   o.SealAfter,
-		LockTimeout: o.LockTimeout,
-		Now:         clock(o.Now).UTC(),
-		DryRun:      o.DryRun,
-	})
-	out := &MaintainResult{Created: res.Created, Sealed: res.Sealed, Dropped: res.Dropped, Kept: res.Kept, Blocked: res.Blocked}
+// Errors: partition.ErrUnsupported, partition.ErrNotPartitioned,
+// ErrClosed, *partition.StepError (possibly wrapping
+// partition.ErrLockTimeout), or the database error.
+func Maintain(ctx context.Context, db *gorm.DB, opts *partition.MaintainOpts) (*partition.MaintainResult, error) {
+	res, err := ipartition.Maintain(ctx, db, table, opts)
 	if err != nil {
-		return out, wrapDB("outbox: maintain", err)
+		return res, wrapDB("outbox: maintain", err)
 	}
-	return out, nil
+	return res, nil
 }
 
 // partitioned caches whether outbox_events is partitioned: 0 unknown, 1 no,

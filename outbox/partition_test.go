@@ -11,14 +11,16 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
+	"github.com/bentoevents/bento/internal/fakeclock"
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/partition"
 )
 
 // The behavioural suites of this package also run on a partitioned table.
 func init() {
 	testenv.PartitionTables(func(t testing.TB, db *gorm.DB) {
-		require.NoError(t, outbox.MigrateWith(context.Background(), db, &outbox.MigrateOpts{Partitioning: outbox.Daily}))
+		require.NoError(t, outbox.MigrateWith(context.Background(), db, &partition.MigrateOpts{Partitioning: partition.Daily}))
 	})
 }
 
@@ -34,8 +36,8 @@ func day(n int, h time.Duration) time.Time { return nov1.AddDate(0, 0, n).Add(h)
 func partitionedEnv(t *testing.T) *env {
 	t.Helper()
 	db, _ := testenv.Postgres(t)
-	require.NoError(t, outbox.MigrateWith(context.Background(), db, &outbox.MigrateOpts{
-		Partitioning: outbox.Daily, Ahead: 10, Now: func() time.Time { return nov1 },
+	require.NoError(t, outbox.MigrateWith(context.Background(), db, &partition.MigrateOpts{
+		Partitioning: partition.Daily, Ahead: 10, Clock: fakeclock.New(nov1),
 	}))
 	st := testenv.NewClock(nov1)
 	store, err := outbox.NewStore(db, &outbox.Config{Clock: st})
@@ -102,7 +104,7 @@ func TestPartitionedMigrateCreatesPartitions(t *testing.T) {
 
 	// Migrate again, with or without the option: nothing changes.
 	require.NoError(t, outbox.Migrate(context.Background(), e.db))
-	require.NoError(t, outbox.MigrateWith(context.Background(), e.db, &outbox.MigrateOpts{Partitioning: outbox.Daily, Now: func() time.Time { return nov1 }}))
+	require.NoError(t, outbox.MigrateWith(context.Background(), e.db, &partition.MigrateOpts{Partitioning: partition.Daily, Clock: fakeclock.New(nov1)}))
 	assert.Equal(t, names, partitions(t, e.db))
 	assert.Equal(t, int64(2), countRows(t, e.db, ""))
 }
@@ -110,23 +112,30 @@ func TestPartitionedMigrateCreatesPartitions(t *testing.T) {
 func TestPartitionedMigrateErrors(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	daily := &outbox.MigrateOpts{Partitioning: outbox.Daily}
+	daily := &partition.MigrateOpts{Partitioning: partition.Daily}
 
 	err := outbox.MigrateWith(ctx, testenv.SQLite(t), daily)
-	require.ErrorIs(t, err, outbox.ErrPartitioningUnsupported)
+	require.ErrorIs(t, err, partition.ErrUnsupported)
 	_, err = outbox.Maintain(ctx, testenv.SQLite(t), nil)
-	require.ErrorIs(t, err, outbox.ErrPartitioningUnsupported)
+	require.ErrorIs(t, err, partition.ErrUnsupported)
+
+	fresh, _ := testenv.Postgres(t)
+	err = outbox.MigrateWith(ctx, fresh, &partition.MigrateOpts{Partitioning: partition.Interval(9)})
+	require.ErrorIs(t, err, partition.ErrUnknownInterval)
+	var table *string
+	require.NoError(t, fresh.Raw("SELECT to_regclass('outbox_events')::text").Scan(&table).Error)
+	assert.Nil(t, table, "a bad interval is refused before any table is created")
 
 	plain, _ := testenv.Postgres(t)
 	require.NoError(t, outbox.Migrate(ctx, plain))
-	require.ErrorIs(t, outbox.MigrateWith(ctx, plain, daily), outbox.ErrNotPartitioned,
+	require.ErrorIs(t, outbox.MigrateWith(ctx, plain, daily), partition.ErrNotPartitioned,
 		"an existing unpartitioned table is not silently kept")
 	_, err = outbox.Maintain(ctx, plain, nil)
-	require.ErrorIs(t, err, outbox.ErrNotPartitioned)
+	require.ErrorIs(t, err, partition.ErrNotPartitioned)
 
 	e := partitionedEnv(t)
-	err = outbox.MigrateWith(ctx, e.db, &outbox.MigrateOpts{Partitioning: outbox.Monthly})
-	require.ErrorIs(t, err, outbox.ErrIntervalMismatch)
+	err = outbox.MigrateWith(ctx, e.db, &partition.MigrateOpts{Partitioning: partition.Monthly})
+	require.ErrorIs(t, err, partition.ErrIntervalMismatch)
 }
 
 func TestMaintainDropsOnlyFullySentPartitions(t *testing.T) {
@@ -142,10 +151,10 @@ func TestMaintainDropsOnlyFullySentPartitions(t *testing.T) {
 
 	now := day(20, 3*time.Hour) // Nov 21
 	before := partitions(t, e.db)
-	plan, err := outbox.Maintain(ctx, e.db, &outbox.MaintainOpts{Now: func() time.Time { return now }, DryRun: true})
+	plan, err := outbox.Maintain(ctx, e.db, &partition.MaintainOpts{Clock: fakeclock.New(now), DryRun: true})
 	require.NoError(t, err)
 	assert.Equal(t, before, partitions(t, e.db), "a dry run changes nothing")
-	res, err := outbox.Maintain(ctx, e.db, &outbox.MaintainOpts{Now: func() time.Time { return now }})
+	res, err := outbox.Maintain(ctx, e.db, &partition.MaintainOpts{Clock: fakeclock.New(now)})
 	require.NoError(t, err)
 	assert.ElementsMatch(t, res.Created, plan.Created, "the dry run foresaw what was created")
 	assert.ElementsMatch(t, res.Sealed, plan.Sealed, "... sealed")
@@ -190,7 +199,7 @@ func TestMaintainDropsOnlyFullySentPartitions(t *testing.T) {
 	require.ElementsMatch(t, []string{pending.ID, dead.ID}, ids(claimed))
 	_, err = e.store.MarkSent(ctx, "w", []string{dead.ID})
 	require.NoError(t, err)
-	res, err = outbox.Maintain(ctx, e.db, &outbox.MaintainOpts{Now: func() time.Time { return now }})
+	res, err = outbox.Maintain(ctx, e.db, &partition.MaintainOpts{Clock: fakeclock.New(now)})
 	require.NoError(t, err)
 	assert.Equal(t, []string{"outbox_events_p20261103"}, res.Dropped)
 	assert.Equal(t, []string{"outbox_events_p20261102"}, res.Kept, "its row is still publishing")
@@ -209,7 +218,7 @@ func TestPartitionedClaimPrunesSealedPartitions(t *testing.T) {
 	ready := e.addAt(t, day(3, time.Hour), outbox.StatusNew, nil)
 
 	now := day(3, 2*time.Hour)
-	res, err := outbox.Maintain(ctx, e.db, &outbox.MaintainOpts{Now: func() time.Time { return now }})
+	res, err := outbox.Maintain(ctx, e.db, &partition.MaintainOpts{Clock: fakeclock.New(now)})
 	require.NoError(t, err)
 	assert.Equal(t, []string{"outbox_events_p20261101", "outbox_events_p20261102", "outbox_events_p20261103"}, res.Sealed)
 	assert.Empty(t, res.Dropped, "all within retention")
@@ -258,7 +267,7 @@ func TestPartitionedDedupKeySpansPartitions(t *testing.T) {
 	assert.NotEqual(t, partitionOf(t, e.db, first.ID), partitionOf(t, e.db, other.ID))
 
 	// Dropping the partition of the first event frees its key.
-	res, err := outbox.Maintain(ctx, e.db, &outbox.MaintainOpts{Now: func() time.Time { return day(9, 0) }})
+	res, err := outbox.Maintain(ctx, e.db, &partition.MaintainOpts{Clock: fakeclock.New(day(9, 0))})
 	require.NoError(t, err)
 	require.Contains(t, res.Dropped, "outbox_events_p20261101")
 	e.addAt(t, day(9, time.Hour), outbox.StatusNew, &outbox.AddOpts{DedupKey: "k1"})
@@ -282,12 +291,12 @@ func TestMaintainYieldsOnLockTimeout(t *testing.T) {
 	reader := begin(t, e.db)
 	require.NoError(t, reader.Exec("LOCK TABLE outbox_events IN ACCESS SHARE MODE").Error)
 	start := time.Now()
-	res, err := outbox.Maintain(ctx, e.db, &outbox.MaintainOpts{
-		LockTimeout: 50 * time.Millisecond, Now: func() time.Time { return day(20, 0) },
+	res, err := outbox.Maintain(ctx, e.db, &partition.MaintainOpts{
+		LockTimeout: 50 * time.Millisecond, Clock: fakeclock.New(day(20, 0)),
 	})
 	elapsed := time.Since(start)
-	require.ErrorIs(t, err, outbox.ErrLockTimeout)
-	var me *outbox.MaintenanceError
+	require.ErrorIs(t, err, partition.ErrLockTimeout)
+	var me *partition.StepError
 	require.ErrorAs(t, err, &me)
 	assert.Equal(t, "create", me.Step, "the first step that needs a lock the reader holds")
 	assert.Less(t, elapsed, 3*time.Second, "maintenance stops at the first lock timeout")
@@ -302,7 +311,7 @@ func TestMaintainYieldsOnLockTimeout(t *testing.T) {
 	assert.Equal(t, []string{ready.ID}, ids(claimed))
 
 	require.NoError(t, reader.Rollback().Error)
-	res, err = outbox.Maintain(ctx, e.db, &outbox.MaintainOpts{Now: func() time.Time { return day(20, 0) }})
+	res, err = outbox.Maintain(ctx, e.db, &partition.MaintainOpts{Clock: fakeclock.New(day(20, 0))})
 	require.NoError(t, err)
 	assert.Contains(t, res.Dropped, "outbox_events_p20261101")
 }
@@ -313,12 +322,12 @@ func TestMaintainConcurrently(t *testing.T) {
 	ctx := context.Background()
 	e.addAt(t, day(0, time.Hour), outbox.StatusSent, nil)
 	const n = 4
-	results := make([]*outbox.MaintainResult, n)
+	results := make([]*partition.MaintainResult, n)
 	errs := make([]error, n)
 	done := make(chan int)
 	for i := range n {
 		go func() {
-			results[i], errs[i] = outbox.Maintain(ctx, e.db, &outbox.MaintainOpts{Now: func() time.Time { return day(20, 0) }})
+			results[i], errs[i] = outbox.Maintain(ctx, e.db, &partition.MaintainOpts{Clock: fakeclock.New(day(20, 0))})
 			done <- i
 		}()
 	}
@@ -391,7 +400,7 @@ func TestMaintainLeavesRangesTheDefaultHolds(t *testing.T) {
 	late := e.addAt(t, day(19, time.Hour), outbox.StatusNew, nil) // Nov 20: no partition yet
 	require.Equal(t, "outbox_events_default", partitionOf(t, e.db, late.ID))
 
-	res, err := outbox.Maintain(ctx, e.db, &outbox.MaintainOpts{Now: func() time.Time { return day(19, 2*time.Hour) }})
+	res, err := outbox.Maintain(ctx, e.db, &partition.MaintainOpts{Clock: fakeclock.New(day(19, 2*time.Hour))})
 	require.NoError(t, err)
 	assert.Equal(t, []string{"outbox_events_p20261120"}, res.Blocked, "the default holds a row of Nov 20")
 	assert.Len(t, res.Created, 7, "Nov 21 to Nov 27")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/partition"
 )
 
 // listener is a LISTEN connection on the outbox channel, for the
@@ -60,7 +61,7 @@ func TestCommitsNotifyOnlyIdleRelays(t *testing.T) {
 		db, dsn := testenv.Postgres(t)
 		ctx := context.Background()
 		if partitioned {
-			require.NoError(t, outbox.MigrateWith(ctx, db, &outbox.MigrateOpts{Partitioning: outbox.Daily}))
+			require.NoError(t, outbox.MigrateWith(ctx, db, &partition.MigrateOpts{Partitioning: partition.Daily}))
 		}
 		e := setup(t, db, nil)
 		e.stamper.Set(time.Now().UTC())

@@ -11,9 +11,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
+	"github.com/bentoevents/bento/internal/fakeclock"
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/partition"
 	"github.com/bentoevents/bento/projector"
 	"github.com/bentoevents/bento/uow"
 )
@@ -21,7 +23,7 @@ import (
 // The behavioural suites of this package also run on a partitioned outbox.
 func init() {
 	testenv.PartitionTables(func(t testing.TB, db *gorm.DB) {
-		require.NoError(t, outbox.MigrateWith(context.Background(), db, &outbox.MigrateOpts{Partitioning: outbox.Daily}))
+		require.NoError(t, outbox.MigrateWith(context.Background(), db, &partition.MigrateOpts{Partitioning: partition.Daily}))
 	})
 }
 
@@ -34,8 +36,8 @@ func TestMaintenanceWhilePublishing(t *testing.T) {
 	ctx := context.Background()
 	nov1 := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 	db, _ := testenv.Postgres(t)
-	require.NoError(t, outbox.MigrateWith(ctx, db, &outbox.MigrateOpts{
-		Partitioning: outbox.Daily, Ahead: 25, Now: func() time.Time { return nov1 },
+	require.NoError(t, outbox.MigrateWith(ctx, db, &partition.MigrateOpts{
+		Partitioning: partition.Daily, Ahead: 25, Clock: fakeclock.New(nov1),
 	}))
 	require.NoError(t, db.AutoMigrate(&Counter{}))
 	clock := testenv.NewClock(nov1.Add(time.Hour))
@@ -93,13 +95,13 @@ func TestMaintenanceWhilePublishing(t *testing.T) {
 	}()
 
 	// Maintenance starts once the relay is publishing the fresh events.
-	var maint *outbox.MaintainResult
+	var maint *partition.MaintainResult
 	maintDone := make(chan error, 1)
 	publishing := make(chan struct{})
 	go func() {
 		<-publishing
 		var err error
-		maint, err = outbox.Maintain(ctx, db, &outbox.MaintainOpts{Now: func() time.Time { return now }})
+		maint, err = outbox.Maintain(ctx, db, &partition.MaintainOpts{Clock: fakeclock.New(now)})
 		maintDone <- err
 	}()
 

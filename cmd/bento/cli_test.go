@@ -24,8 +24,10 @@ import (
 
 	"github.com/bentoevents/bento/idempotency"
 	"github.com/bentoevents/bento/inbox"
+	"github.com/bentoevents/bento/internal/fakeclock"
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/partition"
 )
 
 // binary is the bento executable, built once for the package's tests.
@@ -594,8 +596,8 @@ func TestMaintainPartitions(t *testing.T) {
 	// Partitions from 20 days ago, so that old ones exist to drop.
 	now := time.Now().UTC()
 	past := now.AddDate(0, 0, -20)
-	require.NoError(t, outbox.MigrateWith(ctx, db, &outbox.MigrateOpts{
-		Partitioning: outbox.Daily, Ahead: 25, Now: func() time.Time { return past },
+	require.NoError(t, outbox.MigrateWith(ctx, db, &partition.MigrateOpts{
+		Partitioning: partition.Daily, Ahead: 25, Clock: fakeclock.New(past),
 	}))
 	r = bento(t, dsn, "", "migrate", "up", "--partition", "daily")
 	require.Equal(t, 0, r.code, r.stderr)

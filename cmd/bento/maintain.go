@@ -6,19 +6,20 @@ import (
 	"fmt"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/inbox"
 	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/partition"
 )
 
-// maintainer runs one partitioned table's maintenance, as a dry run or not.
+// maintainer runs one partitioned table's maintenance with its options.
 type maintainer struct {
 	name  string
 	table string
-	run   func(ctx context.Context, db *gorm.DB, dry bool) (*outbox.MaintainResult, error)
+	run   func(context.Context, *gorm.DB, *partition.MaintainOpts) (*partition.MaintainResult, error)
+	opts  partition.MaintainOpts
 }
 
 func (c *cli) maintain(ctx context.Context, args []string) error {
@@ -26,7 +27,7 @@ func (c *cli) maintain(ctx context.Context, args []string) error {
 	only := fs.String("component", "outbox,inbox", "partitioned tables to maintain")
 	outboxRet := ageFlag{d: outbox.DefaultRetention}
 	fs.Var(&outboxRet, "outbox-retention", "drop outbox partitions whose range ended this long ago, if all their rows are sent")
-	inboxRet := ageFlag{d: 30 * 24 * time.Hour}
+	inboxRet := ageFlag{d: inbox.DefaultRetention}
 	fs.Var(&inboxRet, "inbox-retention", "drop inbox partitions whose range ended this long ago (the dedup window)")
 	var sealAfter ageFlag
 	fs.Var(&sealAfter, "seal-after", "seal all-sent outbox partitions whose range ended this long ago (default 1h)")
@@ -40,14 +41,10 @@ func (c *cli) maintain(ctx context.Context, args []string) error {
 		return usagef("--ahead must not be negative")
 	}
 	all := map[string]maintainer{
-		"outbox": {"outbox", "outbox_events", func(ctx context.Context, db *gorm.DB, dry bool) (*outbox.MaintainResult, error) {
-			return outbox.Maintain(ctx, db, &outbox.MaintainOpts{
-				Ahead: *ahead, Retention: outboxRet.d, SealAfter: sealAfter.d, DryRun: dry,
-			})
-		}},
-		"inbox": {"inbox", "inbox_messages", func(ctx context.Context, db *gorm.DB, dry bool) (*outbox.MaintainResult, error) {
-			return inbox.Maintain(ctx, db, &inbox.MaintainOpts{Ahead: *ahead, Retention: inboxRet.d, DryRun: dry})
-		}},
+		"outbox": {"outbox", "outbox_events", outbox.Maintain,
+			partition.MaintainOpts{Ahead: *ahead, Retention: outboxRet.d, SealAfter: sealAfter.d}},
+		"inbox": {"inbox", "inbox_messages", inbox.Maintain,
+			partition.MaintainOpts{Ahead: *ahead, Retention: inboxRet.d}},
 	}
 	var chosen []maintainer
 	for _, name := range strings.Split(*only, ",") {
@@ -64,12 +61,14 @@ func (c *cli) maintain(ctx context.Context, args []string) error {
 	defer closeAll(db)
 
 	// Plan first: what would change, and whether anything is dropped.
-	plans := map[string]*outbox.MaintainResult{}
+	plans := map[string]*partition.MaintainResult{}
 	var active []maintainer
 	drops := 0
 	for _, m := range chosen {
-		plan, err := m.run(ctx, db, true)
-		if errors.Is(err, outbox.ErrNotPartitioned) || errors.Is(err, outbox.ErrPartitioningUnsupported) {
+		o := m.opts
+		o.DryRun = true
+		plan, err := m.run(ctx, db, &o)
+		if errors.Is(err, partition.ErrNotPartitioned) || errors.Is(err, partition.ErrUnsupported) {
 			fmt.Fprintf(c.stdout, "%s: %s is not partitioned; nothing to maintain (bento purge deletes by age)\n", m.name, m.table)
 			continue
 		}
@@ -92,10 +91,10 @@ func (c *cli) maintain(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	done := map[string]*outbox.MaintainResult{}
+	done := map[string]*partition.MaintainResult{}
 	var errs []error
 	for _, m := range active {
-		res, err := m.run(ctx, db, false)
+		res, err := m.run(ctx, db, &m.opts)
 		done[m.name] = res
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", m.name, err))
@@ -109,7 +108,7 @@ func (c *cli) maintain(ctx context.Context, args []string) error {
 
 // printMaintenance prints one line per partition that was (or would be)
 // created, sealed, dropped, kept or blocked.
-func (c *cli) printMaintenance(ms []maintainer, results map[string]*outbox.MaintainResult) error {
+func (c *cli) printMaintenance(ms []maintainer, results map[string]*partition.MaintainResult) error {
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "COMPONENT\tACTION\tPARTITION")
 	lines := 0

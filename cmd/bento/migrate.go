@@ -15,6 +15,7 @@ import (
 	"github.com/bentoevents/bento/internal/dialect"
 	"github.com/bentoevents/bento/internal/migrate"
 	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/partition"
 )
 
 // component is one bento component with its own migrations.
@@ -23,22 +24,15 @@ type component struct {
 	files   func() fs.FS
 	migrate func(context.Context, *gorm.DB) error
 	// partitioned, when set, creates the component's table partitioned.
-	partitioned func(context.Context, *gorm.DB, outbox.Interval) error
+	partitioned func(context.Context, *gorm.DB, *partition.MigrateOpts) error
 }
 
 // components lists them in the order they are applied.
 var components = []component{
-	{"outbox", outbox.Migrations, outbox.Migrate, func(ctx context.Context, db *gorm.DB, i outbox.Interval) error {
-		return outbox.MigrateWith(ctx, db, &outbox.MigrateOpts{Partitioning: i})
-	}},
-	{"inbox", inbox.Migrations, inbox.Migrate, func(ctx context.Context, db *gorm.DB, i outbox.Interval) error {
-		return inbox.MigrateWith(ctx, db, &inbox.MigrateOpts{Partitioning: i})
-	}},
+	{"outbox", outbox.Migrations, outbox.Migrate, outbox.MigrateWith},
+	{"inbox", inbox.Migrations, inbox.Migrate, inbox.MigrateWith},
 	{"idempotency", idempotency.Migrations, idempotency.Migrate, nil},
 }
-
-// intervals are the values of --partition.
-var intervals = map[string]outbox.Interval{"daily": outbox.Daily, "monthly": outbox.Monthly}
 
 // selectComponents returns the components named in a comma-separated list,
 // or all of them for "".
@@ -65,7 +59,7 @@ func (c *cli) migrate(ctx context.Context, args []string) error {
 	fs := c.newFlags("migrate", "up|status|sql [--component outbox,inbox,idempotency] [--dialect postgres|sqlite]")
 	only := fs.String("component", "", "comma-separated components (default: all)")
 	dialectName := fs.String("dialect", "postgres", "dialect whose SQL `sql` prints")
-	partition := fs.String("partition", "", "up: create outbox_events and inbox_messages partitioned, daily or monthly (PostgreSQL)")
+	partitioning := fs.String("partition", "", "up: create outbox_events and inbox_messages partitioned, daily or monthly (PostgreSQL)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -90,17 +84,16 @@ func (c *cli) migrate(ctx context.Context, args []string) error {
 		}
 		return c.migrateSQL(comps, d)
 	case "up", "status":
-		if *partition != "" && pos[0] != "up" {
+		if *partitioning != "" && pos[0] != "up" {
 			return usagef("--partition goes with migrate up")
 		}
 	default:
 		return usagef("unknown migrate command %q: want up, status or sql", pos[0])
 	}
-	var interval outbox.Interval
-	if *partition != "" {
-		var ok bool
-		if interval, ok = intervals[*partition]; !ok {
-			return usagef("unknown --partition %q: want daily or monthly", *partition)
+	var opts partition.MigrateOpts
+	if *partitioning != "" {
+		if opts.Partitioning, err = partition.ParseInterval(*partitioning); err != nil {
+			return usagef("unknown --partition %q: want daily or monthly", *partitioning)
 		}
 	}
 	db, err := c.open(ctx)
@@ -115,8 +108,8 @@ func (c *cli) migrate(ctx context.Context, args []string) error {
 				return fmt.Errorf("%s: %w", comp.name, err)
 			}
 			migrateUp := comp.migrate
-			if *partition != "" && comp.partitioned != nil {
-				migrateUp = func(ctx context.Context, db *gorm.DB) error { return comp.partitioned(ctx, db, interval) }
+			if *partitioning != "" && comp.partitioned != nil {
+				migrateUp = func(ctx context.Context, db *gorm.DB) error { return comp.partitioned(ctx, db, &opts) }
 			}
 			if err := migrateUp(ctx, db); err != nil {
 				return err

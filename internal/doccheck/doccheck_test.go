@@ -240,7 +240,12 @@ func buildIndex() (*index, error) {
 			ix.names[key] = map[string]bool{}
 		}
 		if !strings.HasSuffix(path, "_test.go") && !strings.HasPrefix(dir, "bench") && !strings.HasPrefix(dir, "examples/") {
-			ix.paths[key] = module + "/" + filepath.ToSlash(dir)
+			// A public package owns its name over an internal one of the
+			// same name (partition and internal/partition): docs use the
+			// public one.
+			if old, ok := ix.paths[key]; !ok || strings.HasPrefix(old, module+"/internal/") {
+				ix.paths[key] = module + "/" + filepath.ToSlash(dir)
+			}
 		}
 		add := func(name string) { ix.names[key][name] = true }
 		for _, decl := range f.Decls {

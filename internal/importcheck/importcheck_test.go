@@ -25,6 +25,10 @@ var allowed = map[string]map[string]string{
 	"internal/instance": {
 		"aggregate": "an instance id ends in a fresh aggregate.NewID, the one id generator",
 	},
+	"internal/partition": {
+		"partition": "the options, results and errors of partition maintenance are the public package's; the machinery hands them back unconverted",
+		"aggregate": "a nil MaintainOpts.Clock means aggregate.SystemClock, the one default clock",
+	},
 	"internal/testenv": {
 		"messaging": "partition queue names come from messaging.PartitionQueue, the one place that forms them",
 	}, // deadfixture is a test fixture: the failing consumer the dead-letter

@@ -1,7 +1,8 @@
 // Package partition keeps bento's time-partitioned PostgreSQL tables
 // (outbox_events, inbox_messages): it records a table's interval, creates its
 // range partitions ahead of time, seals old partitions and drops the ones
-// past retention.
+// past retention. Its options, results and errors are those of the public
+// package partition, which outbox and inbox hand to their users.
 //
 // Every step is its own short transaction that first takes a per-table
 // advisory lock (so several processes may run maintenance at once: their
@@ -25,107 +26,41 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"gorm.io/gorm"
 
+	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/internal/dialect"
+	"github.com/bentoevents/bento/partition"
 )
 
-// Interval is the time span of one partition.
-type Interval int
-
-const (
-	// None means an unpartitioned table.
-	None Interval = iota
-	// Daily partitions span one UTC day.
-	Daily
-	// Monthly partitions span one UTC calendar month.
-	Monthly
-)
-
-// String returns "daily", "monthly" or "none".
-func (i Interval) String() string {
-	switch i {
-	case None:
-		return "none"
-	case Daily:
-		return "daily"
-	case Monthly:
-		return "monthly"
-	default:
-		return fmt.Sprintf("interval(%d)", int(i))
-	}
-}
-
-func parseInterval(s string) (Interval, error) {
-	for _, i := range []Interval{Daily, Monthly} {
-		if i.String() == s {
-			return i, nil
-		}
-	}
-	return None, fmt.Errorf("unknown partition interval %q", s)
-}
-
-// Start returns the start of the partition holding t, in UTC.
-func (i Interval) Start(t time.Time) time.Time {
+// start returns the start of the partition of interval i holding t, in UTC.
+func start(i partition.Interval, t time.Time) time.Time {
 	t = t.UTC()
-	if i == Monthly {
+	if i == partition.Monthly {
 		return time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC)
 	}
 	return time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
 }
 
-// Add returns start moved by n partitions.
-func (i Interval) Add(start time.Time, n int) time.Time {
-	if i == Monthly {
-		return start.AddDate(0, n, 0)
+// add returns from moved by n partitions of interval i.
+func add(i partition.Interval, from time.Time, n int) time.Time {
+	if i == partition.Monthly {
+		return from.AddDate(0, n, 0)
 	}
-	return start.AddDate(0, 0, n)
+	return from.AddDate(0, 0, n)
 }
 
-func (i Interval) layout() string {
-	if i == Monthly {
+// layout is the time layout of the name suffix of i's partitions.
+func layout(i partition.Interval) string {
+	if i == partition.Monthly {
 		return "200601"
 	}
 	return "20060102"
 }
 
-// Name returns the name of table's partition starting at start.
-func Name(table string, i Interval, start time.Time) string {
-	return table + "_p" + start.UTC().Format(i.layout())
+// Name returns the name of table's partition of interval i starting at
+// from.
+func Name(table string, i partition.Interval, from time.Time) string {
+	return table + "_p" + from.UTC().Format(layout(i))
 }
-
-var (
-	// ErrUnsupported is returned when partitioning is asked of a database
-	// other than PostgreSQL.
-	ErrUnsupported = errors.New("bento: partitioned tables need PostgreSQL")
-	// ErrNotPartitioned is returned for maintenance of a table that was not
-	// created partitioned, or when partitioning is asked of a table that
-	// already exists unpartitioned.
-	ErrNotPartitioned = errors.New("bento: table is not partitioned")
-	// ErrIntervalMismatch is returned when a table is migrated with another
-	// interval than the one it was created with.
-	ErrIntervalMismatch = errors.New("bento: table is partitioned with another interval")
-	// ErrLockTimeout is returned (in a *StepError) when a step could not
-	// take a table lock within the lock timeout, after retries. Run the
-	// maintenance again later; nothing was changed by that step.
-	ErrLockTimeout = errors.New("bento: partition maintenance timed out waiting for a lock")
-)
-
-// StepError says which maintenance step failed on which partition.
-type StepError struct {
-	// Table is the partitioned table, Partition the partition concerned.
-	Table, Partition string
-	// Step is "create", "seal", "drop" or "cleanup".
-	Step string
-	// Err is the cause; it wraps ErrLockTimeout for a lock timeout.
-	Err error
-}
-
-// Error implements error.
-func (e *StepError) Error() string {
-	return fmt.Sprintf("%s: %s partition %s: %v", e.Table, e.Step, e.Partition, e.Err)
-}
-
-// Unwrap returns the cause.
-func (e *StepError) Unwrap() error { return e.Err }
 
 // Table describes a partitioned table.
 type Table struct {
@@ -144,48 +79,48 @@ type Table struct {
 	// AfterDrop, when set, runs after partitions ending at or before end
 	// were dropped.
 	AfterDrop func(ctx context.Context, db *gorm.DB, end time.Time) error
-}
-
-// DefaultAhead is how many partitions after the current one are kept
-// created by default: 7 for Daily (a week), 2 for Monthly.
-func (i Interval) DefaultAhead() int {
-	if i == Monthly {
-		return 2
-	}
-	return 7
-}
-
-// Opts are the maintenance settings, already defaulted by the caller.
-type Opts struct {
-	// Ahead is how many partitions after the current one must exist.
-	// Zero means the interval's DefaultAhead.
-	Ahead int
-	// Retention: a partition whose range ended at least this long ago is
-	// dropped (unless Pending says otherwise).
+	// Retention is the table's default of MaintainOpts.Retention.
 	Retention time.Duration
-	// SealAfter: a partition whose range ended at least this long ago is
-	// sealed once all its rows are final.
-	SealAfter time.Duration
-	// LockTimeout bounds every wait for a table lock.
-	LockTimeout time.Duration
-	// Now is the current time.
-	Now time.Time
-	// DryRun reports what a run would do, taking no lock and changing
-	// nothing: the Result lists the partitions it would create, seal and
-	// drop, and those it would keep.
-	DryRun bool
 }
 
-// Result says what a maintenance run did.
-type Result struct {
-	// Created, Sealed and Dropped list the partitions each step changed.
-	Created, Sealed, Dropped []string
-	// Kept lists partitions due for sealing or dropping that were left
-	// alone because they still hold pending rows.
-	Kept []string
-	// Blocked lists partitions that could not be created because the
-	// default partition holds rows in their range.
-	Blocked []string
+// settings are maintenance options with every default applied.
+type settings struct {
+	ahead                             int
+	retention, sealAfter, lockTimeout time.Duration
+	now                               time.Time
+	dryRun                            bool
+}
+
+// now returns the time of c, or of aggregate.SystemClock for nil.
+func now(c aggregate.Clock) time.Time {
+	if c == nil {
+		c = aggregate.SystemClock{}
+	}
+	return c.Now().UTC()
+}
+
+// resolve applies t's and the package's defaults to opts (nil: none set)
+// for a table partitioned by i.
+func resolve(t Table, i partition.Interval, opts *partition.MaintainOpts) settings {
+	var o partition.MaintainOpts
+	if opts != nil {
+		o = *opts
+	}
+	s := settings{ahead: o.Ahead, retention: o.Retention, sealAfter: o.SealAfter, lockTimeout: o.LockTimeout,
+		now: now(o.Clock), dryRun: o.DryRun}
+	if s.ahead <= 0 {
+		s.ahead = i.DefaultAhead()
+	}
+	if s.retention <= 0 {
+		s.retention = t.Retention
+	}
+	if s.sealAfter <= 0 {
+		s.sealAfter = partition.DefaultSealAfter
+	}
+	if s.lockTimeout <= 0 {
+		s.lockTimeout = partition.DefaultLockTimeout
+	}
+	return s
 }
 
 var nameRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,40}$`)
@@ -195,15 +130,25 @@ const registry = `CREATE TABLE IF NOT EXISTS bento_partitioning (
 	part_interval VARCHAR(16) NOT NULL
 )`
 
-// Setup checks that t.Name was created partitioned, records its interval
-// (or checks it against the recorded one) and creates its partitions from
-// now's to ahead after it (zero: the interval's DefaultAhead).
+// Setup creates t partitioned as opts asks: it checks the database and
+// opts.Partitioning, runs create (which applies the table's partitioned
+// migrations), checks that t.Name was created partitioned, records its
+// interval (or checks it against the recorded one) and creates its
+// partitions from the current one to opts.Ahead after it.
 //
-// Errors: ErrUnsupported, ErrNotPartitioned, ErrIntervalMismatch, a
-// *StepError, or the database error.
-func Setup(ctx context.Context, db *gorm.DB, t Table, i Interval, now time.Time, ahead int, lockTimeout time.Duration) error {
+// Errors: ErrUnsupported, ErrUnknownInterval, create's error,
+// ErrNotPartitioned, ErrIntervalMismatch, a *StepError, or the database
+// error (all of package partition).
+func Setup(ctx context.Context, db *gorm.DB, t Table, opts partition.MigrateOpts, create func(context.Context) error) error {
+	i := opts.Partitioning
 	if d, err := dialect.Of(db); err != nil || d != dialect.Postgres {
-		return fmt.Errorf("%w (%s)", ErrUnsupported, d)
+		return fmt.Errorf("%w (%s)", partition.ErrUnsupported, d)
+	}
+	if i != partition.Daily && i != partition.Monthly {
+		return fmt.Errorf("%w: %s", partition.ErrUnknownInterval, i)
+	}
+	if err := create(ctx); err != nil {
+		return err
 	}
 	if err := checkTable(ctx, db, t); err != nil {
 		return err
@@ -220,12 +165,10 @@ func Setup(ctx context.Context, db *gorm.DB, t Table, i Interval, now time.Time,
 		return err
 	}
 	if got != i {
-		return fmt.Errorf("%w: %s is %s, asked for %s", ErrIntervalMismatch, t.Name, got, i)
+		return fmt.Errorf("%w: %s is %s, asked for %s", partition.ErrIntervalMismatch, t.Name, got, i)
 	}
-	if ahead <= 0 {
-		ahead = i.DefaultAhead()
-	}
-	errs, err := ensure(ctx, db, t, i, now, ahead, lockTimeout, &Result{})
+	s := resolve(t, i, &partition.MaintainOpts{Ahead: opts.Ahead, Clock: opts.Clock})
+	errs, err := ensure(ctx, db, t, i, s, &partition.MaintainResult{})
 	if err != nil {
 		return err
 	}
@@ -243,37 +186,38 @@ func checkTable(ctx context.Context, db *gorm.DB, t Table) error {
 		return fmt.Errorf("read %s: %w", t.Name, err)
 	}
 	if kind == nil || *kind != "p" {
-		return fmt.Errorf("%w: %s", ErrNotPartitioned, t.Name)
+		return fmt.Errorf("%w: %s", partition.ErrNotPartitioned, t.Name)
 	}
 	return nil
 }
 
 // interval returns the recorded interval of table.
-func interval(ctx context.Context, db *gorm.DB, table string) (Interval, error) {
+func interval(ctx context.Context, db *gorm.DB, table string) (partition.Interval, error) {
 	var s []string
 	err := db.WithContext(ctx).Raw(`SELECT part_interval FROM bento_partitioning
 		WHERE to_regclass('bento_partitioning') IS NOT NULL AND parent_table = ?`, table).Scan(&s).Error
 	if err != nil {
-		return None, fmt.Errorf("read bento_partitioning: %w", err)
+		return partition.None, fmt.Errorf("read bento_partitioning: %w", err)
 	}
 	if len(s) == 0 {
-		return None, fmt.Errorf("%w: no interval recorded for %s", ErrNotPartitioned, table)
+		return partition.None, fmt.Errorf("%w: no interval recorded for %s", partition.ErrNotPartitioned, table)
 	}
-	return parseInterval(s[0])
+	return partition.ParseInterval(s[0])
 }
 
-// Maintain creates t's partitions up to o.Ahead after the current one,
+// Maintain creates t's partitions up to opts.Ahead after the current one,
 // seals the old ones whose rows are all final, and drops those past
-// retention that hold no pending rows. It carries on past a failed step,
-// except a lock timeout, where it stops (the next run resumes), and returns
-// what it did with the steps' errors joined.
+// retention that hold no pending rows; opts nil means defaults, and a zero
+// Retention means t.Retention. It carries on past a failed step, except a
+// lock timeout, where it stops (the next run resumes), and returns what it
+// did with the steps' errors joined.
 //
 // Errors: ErrUnsupported, ErrNotPartitioned, *StepError (possibly wrapping
-// ErrLockTimeout), or the database error.
-func Maintain(ctx context.Context, db *gorm.DB, t Table, o Opts) (*Result, error) {
-	res := &Result{}
+// ErrLockTimeout), or the database error (all of package partition).
+func Maintain(ctx context.Context, db *gorm.DB, t Table, opts *partition.MaintainOpts) (*partition.MaintainResult, error) {
+	res := &partition.MaintainResult{}
 	if d, err := dialect.Of(db); err != nil || d != dialect.Postgres {
-		return res, fmt.Errorf("%w (%s)", ErrUnsupported, d)
+		return res, fmt.Errorf("%w (%s)", partition.ErrUnsupported, d)
 	}
 	if err := checkTable(ctx, db, t); err != nil {
 		return res, err
@@ -282,14 +226,11 @@ func Maintain(ctx context.Context, db *gorm.DB, t Table, o Opts) (*Result, error
 	if err != nil {
 		return res, err
 	}
-	ahead := o.Ahead
-	if ahead <= 0 {
-		ahead = i.DefaultAhead()
+	o := resolve(t, i, opts)
+	if o.dryRun {
+		return res, plan(ctx, db, t, i, o, res)
 	}
-	if o.DryRun {
-		return res, plan(ctx, db, t, i, o, ahead, res)
-	}
-	errs, err := ensure(ctx, db, t, i, o.Now, ahead, o.LockTimeout, res)
+	errs, err := ensure(ctx, db, t, i, o, res)
 	if err != nil {
 		return res, err
 	}
@@ -302,12 +243,12 @@ func Maintain(ctx context.Context, db *gorm.DB, t Table, o Opts) (*Result, error
 	}
 	var droppedEnd time.Time
 	for _, p := range parts {
-		drop := !p.end.After(o.Now.Add(-o.Retention))
-		if t.Seal != "" && !p.sealed && !p.end.After(o.Now.Add(-o.SealAfter)) {
-			sealed, err := seal(ctx, db, t, p, o.LockTimeout)
+		drop := !p.end.After(o.now.Add(-o.retention))
+		if t.Seal != "" && !p.sealed && !p.end.After(o.now.Add(-o.sealAfter)) {
+			sealed, err := seal(ctx, db, t, p, o.lockTimeout)
 			switch {
 			case err != nil:
-				errs = append(errs, &StepError{Table: t.Name, Partition: p.name, Step: "seal", Err: err})
+				errs = append(errs, &partition.StepError{Table: t.Name, Partition: p.name, Step: "seal", Err: err})
 				if yielded(errs) {
 					return res, errors.Join(errs...)
 				}
@@ -320,10 +261,10 @@ func Maintain(ctx context.Context, db *gorm.DB, t Table, o Opts) (*Result, error
 		if !drop {
 			continue
 		}
-		dropped, kept, err := dropPartition(ctx, db, t, p.name, o.LockTimeout)
+		dropped, kept, err := dropPartition(ctx, db, t, p.name, o.lockTimeout)
 		switch {
 		case err != nil:
-			errs = append(errs, &StepError{Table: t.Name, Partition: p.name, Step: "drop", Err: err})
+			errs = append(errs, &partition.StepError{Table: t.Name, Partition: p.name, Step: "drop", Err: err})
 			if yielded(errs) {
 				return res, errors.Join(errs...)
 			}
@@ -338,7 +279,7 @@ func Maintain(ctx context.Context, db *gorm.DB, t Table, o Opts) (*Result, error
 	}
 	if !droppedEnd.IsZero() && t.AfterDrop != nil {
 		if err := t.AfterDrop(ctx, db, droppedEnd); err != nil {
-			errs = append(errs, &StepError{Table: t.Name, Partition: "before " + droppedEnd.Format(time.RFC3339), Step: "cleanup", Err: err})
+			errs = append(errs, &partition.StepError{Table: t.Name, Partition: "before " + droppedEnd.Format(time.RFC3339), Step: "cleanup", Err: err})
 		}
 	}
 	return res, errors.Join(errs...)
@@ -346,10 +287,10 @@ func Maintain(ctx context.Context, db *gorm.DB, t Table, o Opts) (*Result, error
 
 // plan fills res with what Maintain would do now, reading the catalog and
 // the partitions without locks.
-func plan(ctx context.Context, db *gorm.DB, t Table, i Interval, o Opts, ahead int, res *Result) error {
-	start := i.Start(o.Now)
-	for k := 0; k <= ahead; k++ {
-		name := Name(t.Name, i, i.Add(start, k))
+func plan(ctx context.Context, db *gorm.DB, t Table, i partition.Interval, o settings, res *partition.MaintainResult) error {
+	first := start(i, o.now)
+	for k := 0; k <= o.ahead; k++ {
+		name := Name(t.Name, i, add(i, first, k))
 		var exists bool
 		if err := db.WithContext(ctx).Raw("SELECT to_regclass(?) IS NOT NULL", name).Scan(&exists).Error; err != nil {
 			return fmt.Errorf("plan %s: %w", name, err)
@@ -363,8 +304,8 @@ func plan(ctx context.Context, db *gorm.DB, t Table, i Interval, o Opts, ahead i
 		return err
 	}
 	for _, p := range parts {
-		drop := !p.end.After(o.Now.Add(-o.Retention))
-		sealDue := t.Seal != "" && !p.sealed && !p.end.After(o.Now.Add(-o.SealAfter))
+		drop := !p.end.After(o.now.Add(-o.retention))
+		sealDue := t.Seal != "" && !p.sealed && !p.end.After(o.now.Add(-o.sealAfter))
 		if !drop && !sealDue {
 			continue
 		}
@@ -389,19 +330,19 @@ func plan(ctx context.Context, db *gorm.DB, t Table, i Interval, o Opts, ahead i
 // yielded reports whether the last step gave up on a lock: the run stops
 // there rather than queue every later step behind the same holder.
 func yielded(errs []error) bool {
-	return len(errs) > 0 && errors.Is(errs[len(errs)-1], ErrLockTimeout)
+	return len(errs) > 0 && errors.Is(errs[len(errs)-1], partition.ErrLockTimeout)
 }
 
-// ensure creates the partitions from now's to ahead after it. Step errors
-// are returned in errs; err is a failure to read the catalog.
-func ensure(ctx context.Context, db *gorm.DB, t Table, i Interval, now time.Time, ahead int, lockTimeout time.Duration, res *Result) (errs []error, err error) {
-	start := i.Start(now)
-	for k := 0; k <= ahead; k++ {
-		from, to := i.Add(start, k), i.Add(start, k+1)
+// ensure creates the partitions from o.now's to o.ahead after it. Step
+// errors are returned in errs; err is a failure to read the catalog.
+func ensure(ctx context.Context, db *gorm.DB, t Table, i partition.Interval, o settings, res *partition.MaintainResult) (errs []error, err error) {
+	first := start(i, o.now)
+	for k := 0; k <= o.ahead; k++ {
+		from, to := add(i, first, k), add(i, first, k+1)
 		name := Name(t.Name, i, from)
 		created := false
 		// SHARE UPDATE EXCLUSIVE is what ATTACH takes on the parent anyway.
-		err := step(ctx, db, t, lockTimeout, "SHARE UPDATE EXCLUSIVE", func(tx *gorm.DB) error {
+		err := step(ctx, db, t, o.lockTimeout, "SHARE UPDATE EXCLUSIVE", func(tx *gorm.DB) error {
 			var exists bool
 			if err := tx.Raw("SELECT to_regclass(?) IS NOT NULL", name).Scan(&exists).Error; err != nil {
 				return err
@@ -431,8 +372,8 @@ func ensure(ctx context.Context, db *gorm.DB, t Table, i Interval, now time.Time
 			// fell behind): they stay there, and the range stays uncovered.
 			res.Blocked = append(res.Blocked, name)
 		case err != nil:
-			errs = append(errs, &StepError{Table: t.Name, Partition: name, Step: "create", Err: err})
-			if errors.Is(err, ErrLockTimeout) {
+			errs = append(errs, &partition.StepError{Table: t.Name, Partition: name, Step: "create", Err: err})
+			if errors.Is(err, partition.ErrLockTimeout) {
 				return errs, nil
 			}
 		case created:
@@ -450,7 +391,7 @@ type part struct {
 }
 
 // list returns t's range partitions named by bento, oldest first.
-func list(ctx context.Context, db *gorm.DB, table string, i Interval) ([]part, error) {
+func list(ctx context.Context, db *gorm.DB, table string, i partition.Interval) ([]part, error) {
 	type row struct {
 		Name        string
 		Constrained bool
@@ -474,11 +415,11 @@ func list(ctx context.Context, db *gorm.DB, table string, i Interval) ([]part, e
 		if !ok {
 			continue // the default partition, or one bento did not make
 		}
-		start, err := time.Parse(i.layout(), suffix)
+		from, err := time.Parse(layout(i), suffix)
 		if err != nil {
 			continue
 		}
-		out = append(out, part{name: r.Name, start: start, end: i.Add(start, 1), constrained: r.Constrained, sealed: r.Sealed})
+		out = append(out, part{name: r.Name, start: from, end: add(i, from, 1), constrained: r.Constrained, sealed: r.Sealed})
 	}
 	return out, nil
 }
@@ -607,7 +548,7 @@ func step(ctx context.Context, db *gorm.DB, t Table, lockTimeout time.Duration, 
 			return err
 		}
 		if attempt == lockAttempts {
-			return fmt.Errorf("%w: %w", ErrLockTimeout, err)
+			return fmt.Errorf("%w: %w", partition.ErrLockTimeout, err)
 		}
 		pause := time.NewTimer(time.Duration(attempt) * lockTimeout)
 		select {
