@@ -29,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"gorm.io/gorm"
 
+	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/idempotency"
 	"github.com/bentoevents/bento/inbox"
 	"github.com/bentoevents/bento/internal/dialect"
@@ -94,8 +95,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer, when set, receives the metrics. Defaults to none.
 	Registerer prometheus.Registerer
-	// Now is the clock of the idempotency purge. Optional: time.Now.
-	Now func() time.Time
+	// Clock is the clock the idempotency purge measures expiry from (the
+	// other jobs use the database's). Defaults to aggregate.SystemClock.
+	Clock aggregate.Clock
 }
 
 // job is one housekeeping job: run returns the rows (or partitions) it
@@ -174,8 +176,8 @@ func prepare(cfg *Config, m metrics) (Config, []job, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	if c.Now == nil {
-		c.Now = time.Now
+	if c.Clock == nil {
+		c.Clock = aggregate.SystemClock{}
 	}
 	db := c.DB
 	var jobs []job
@@ -208,7 +210,7 @@ func prepare(cfg *Config, m metrics) (Config, []job, error) {
 	}
 	if !c.KeepIdempotencyKeys {
 		jobs = append(jobs, job{JobIdempotencyPurge, func(ctx context.Context) (int64, error) {
-			return idempotency.Purge(ctx, db, 0, &idempotency.PurgeOpts{Now: c.Now})
+			return idempotency.Purge(ctx, db, 0, &idempotency.PurgeOpts{Clock: c.Clock})
 		}})
 	}
 	return c, jobs, nil
@@ -306,7 +308,7 @@ var migrationFiles embed.FS
 // once per period), in one statement.
 func claim(ctx context.Context, c Config, job string) (bool, error) {
 	db := c.DB.WithContext(ctx)
-	now := c.Now().UTC()
+	now := c.Clock.Now().UTC()
 	if err := db.Exec(`INSERT INTO bento_housekeeping (task, ran_at) VALUES (?, ?) ON CONFLICT DO NOTHING`,
 		job, time.Unix(0, 0).UTC()).Error; err != nil {
 		return false, err

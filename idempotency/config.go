@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/tenant"
 )
 
@@ -61,9 +62,9 @@ type Config struct {
 	// the tenant without one. Defaults to the request's Authorization
 	// header (stored as a digest), or none without it.
 	Scope func(*http.Request) string
-	// Now is the clock for created_at, expires_at and expiry checks.
-	// Defaults to time.Now.
-	Now func() time.Time
+	// Clock is the clock for created_at, expires_at and expiry checks.
+	// Defaults to aggregate.SystemClock.
+	Clock aggregate.Clock
 	// Logger receives a line per database error and per refused or replayed
 	// request. Defaults to slog.Default().
 	Logger *slog.Logger
@@ -117,8 +118,8 @@ func (c Config) withDefaults() Config {
 	if c.Scope == nil {
 		c.Scope = authorization
 	}
-	if c.Now == nil {
-		c.Now = time.Now
+	if c.Clock == nil {
+		c.Clock = aggregate.SystemClock{}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

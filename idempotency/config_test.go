@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
+	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/idempotency"
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/outbox"
@@ -63,7 +64,7 @@ func TestNewValidatesConfig(t *testing.T) {
 	assert.Equal(t, 5*time.Second, c.LockTimeout)
 	assert.Equal(t, []string{"Content-Type", "Location", "Content-Location", "Etag", "Last-Modified"}, c.StoredHeaders)
 	assert.NotNil(t, c.Tenant)
-	assert.NotNil(t, c.Now)
+	assert.Equal(t, aggregate.SystemClock{}, c.Clock)
 	assert.NotNil(t, c.Logger)
 
 	l, err = idempotency.New(db, &idempotency.Config{StoredHeaders: []string{"x-request-id"}})

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
+	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/idempotency"
 	"github.com/bentoevents/bento/internal/testenv"
 )
@@ -29,13 +30,16 @@ func (c *clock) set(t time.Time)     { c.now.Store(t.UnixNano()) }
 func (c *clock) Now() time.Time      { return time.Unix(0, c.now.Load()).UTC() }
 func (c *clock) add(d time.Duration) { c.now.Add(int64(d)) }
 
+// NewID makes clock an aggregate.Clock.
+func (c *clock) NewID(t time.Time) string { return aggregate.NewIDAt(t) }
+
 // TestExpiredKeyIsTreatedAsNew checks that a key is remembered for TTL and
 // is new again from the moment it expires, even before Purge removes it.
 func TestExpiredKeyIsTreatedAsNew(t *testing.T) {
 	t.Parallel()
 	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend, db *gorm.DB) {
 		clk := newClock(epoch)
-		e := setup(t, b, db, &idempotency.Config{TTL: time.Hour, Now: clk.Now})
+		e := setup(t, b, db, &idempotency.Config{TTL: time.Hour, Clock: clk})
 
 		first := e.post("k", "{}")
 		require.Equal(t, http.StatusCreated, first.Code)
@@ -68,7 +72,7 @@ func TestPurgeDeletesExpiredKeysOnly(t *testing.T) {
 	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend, db *gorm.DB) {
 		ctx := context.Background()
 		clk := newClock(epoch)
-		e := setup(t, b, db, &idempotency.Config{TTL: time.Hour, Now: clk.Now})
+		e := setup(t, b, db, &idempotency.Config{TTL: time.Hour, Clock: clk})
 		for _, k := range []struct {
 			key string
 			at  time.Duration
@@ -78,7 +82,7 @@ func TestPurgeDeletesExpiredKeysOnly(t *testing.T) {
 		}
 
 		at := func(d time.Duration) *idempotency.PurgeOpts {
-			return &idempotency.PurgeOpts{Now: func() time.Time { return epoch.Add(d) }}
+			return &idempotency.PurgeOpts{Clock: testenv.NewClock(epoch.Add(d))}
 		}
 		n, err := idempotency.CountExpired(ctx, db, 0, at(70*time.Minute))
 		require.NoError(t, err)

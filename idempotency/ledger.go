@@ -161,7 +161,7 @@ func (l *Ledger) readBody(r *http.Request) ([]byte, *problem) {
 // over: its key's row was expired (and has been deleted) or disappeared.
 func (l *Ledger) attempt(w http.ResponseWriter, r *http.Request, next http.Handler, req *keyed) (again bool) {
 	ctx := r.Context()
-	now := l.cfg.Now().UTC().Truncate(time.Microsecond)
+	now := l.cfg.Clock.Now().UTC().Truncate(time.Microsecond)
 	s, err := l.begin(ctx)
 	if err != nil {
 		if isLockTimeout(err) {

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"gorm.io/gorm"
 
+	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/internal/dialect"
 	"github.com/bentoevents/bento/internal/migrate"
 	"github.com/bentoevents/bento/internal/purge"
@@ -108,8 +109,9 @@ type PurgeOpts struct {
 	// short statement. CountExpired ignores it. Defaults to
 	// DefaultPurgeBatch (1,000).
 	BatchSize int
-	// Now is the clock the age is measured from. Defaults to time.Now.
-	Now func() time.Time
+	// Clock is the clock the age is measured from. Defaults to
+	// aggregate.SystemClock.
+	Clock aggregate.Clock
 }
 
 // Purge deletes the keys that expired more than olderThan ago (0: every
@@ -155,11 +157,11 @@ func expired(op string, olderThan time.Duration, opts *PurgeOpts) (map[string]an
 	if olderThan < 0 {
 		return nil, fmt.Errorf("idempotency: %s: %w: negative age %v", op, ErrInvalidArgument, olderThan)
 	}
-	now := time.Now
-	if opts != nil && opts.Now != nil {
-		now = opts.Now
+	var clock aggregate.Clock = aggregate.SystemClock{}
+	if opts != nil && opts.Clock != nil {
+		clock = opts.Clock
 	}
-	return map[string]any{"before": now().UTC().Add(-olderThan)}, nil
+	return map[string]any{"before": clock.Now().UTC().Add(-olderThan)}, nil
 }
 
 // session is one keyed request's transaction.

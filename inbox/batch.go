@@ -210,7 +210,7 @@ func (in *Inbox) record(tx *gorm.DB, es []*entry) (map[string]bool, error) {
 	var sql strings.Builder
 	sql.WriteString("INSERT INTO inbox_messages (consumer, message_id, tenant_id, received_at) VALUES ")
 	args := make([]any, 0, 4*len(es))
-	now := in.cfg.Now().UTC()
+	now := in.cfg.Clock.Now().UTC()
 	for i, e := range es {
 		if i > 0 {
 			sql.WriteString(", ")
@@ -270,7 +270,7 @@ func (in *Inbox) upsertMarks(tx *gorm.DB, keys []aggKey, versions []int64, onCon
 	var sql strings.Builder
 	sql.WriteString("INSERT INTO inbox_watermarks (consumer, tenant_id, aggregate_type, aggregate_id, version, updated_at) VALUES ")
 	args := make([]any, 0, 6*len(keys))
-	now := in.cfg.Now().UTC()
+	now := in.cfg.Clock.Now().UTC()
 	for i, k := range keys {
 		if i > 0 {
 			sql.WriteString(", ")

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"gorm.io/gorm"
 
+	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/internal/dberr"
 	"github.com/bentoevents/bento/internal/dialect"
 	"github.com/bentoevents/bento/internal/migrate"
@@ -97,8 +98,9 @@ type Config struct {
 	// TxOptions are used to begin each message's transaction. Defaults to
 	// the database's default isolation.
 	TxOptions *sql.TxOptions
-	// Now is the clock for received_at. Defaults to time.Now.
-	Now func() time.Time
+	// Clock is the clock for received_at. Defaults to
+	// aggregate.SystemClock.
+	Clock aggregate.Clock
 	// Logger receives a line per duplicate skipped. Defaults to
 	// slog.Default().
 	Logger *slog.Logger
@@ -200,8 +202,8 @@ func New(db *gorm.DB, cfg *Config) (*Inbox, error) {
 	if err := migrate.Require(db, "inbox", ErrNotMigrated, tables...); err != nil {
 		return nil, err
 	}
-	if c.Now == nil {
-		c.Now = time.Now
+	if c.Clock == nil {
+		c.Clock = aggregate.SystemClock{}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

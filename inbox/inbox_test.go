@@ -354,7 +354,7 @@ func TestPurgeKeepsTheWindow(t *testing.T) {
 		ctx := context.Background()
 		now := time.Date(2026, 11, 21, 9, 0, 0, 0, time.UTC)
 		apply := func(consumer, id string, at time.Time) {
-			in, err := inbox.New(db, &inbox.Config{Consumer: consumer, Now: func() time.Time { return at }})
+			in, err := inbox.New(db, &inbox.Config{Consumer: consumer, Clock: testenv.NewClock(at)})
 			require.NoError(t, err)
 			_, err = in.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })(newMsg(id))
 			require.NoError(t, err)
@@ -365,17 +365,17 @@ func TestPurgeKeepsTheWindow(t *testing.T) {
 		apply("shipping", "old-s", now.Add(-48*time.Hour))
 		apply("billing", "recent", now.Add(-time.Hour))
 
-		clock := func() time.Time { return now }
-		n, err := inbox.CountPurgeable(ctx, db, 24*time.Hour, &inbox.PurgeOpts{Consumer: "billing", Now: clock})
+		clock := testenv.NewClock(now)
+		n, err := inbox.CountPurgeable(ctx, db, 24*time.Hour, &inbox.PurgeOpts{Consumer: "billing", Clock: clock})
 		require.NoError(t, err)
 		assert.Equal(t, int64(5), n, "the dry run counts billing's old records")
-		n, err = inbox.CountPurgeable(ctx, db, 24*time.Hour, &inbox.PurgeOpts{Now: clock})
+		n, err = inbox.CountPurgeable(ctx, db, 24*time.Hour, &inbox.PurgeOpts{Clock: clock})
 		require.NoError(t, err)
 		assert.Equal(t, int64(6), n, "the dry run counts every consumer's old records")
-		n, err = inbox.Purge(ctx, db, 24*time.Hour, &inbox.PurgeOpts{Consumer: "billing", BatchSize: 2, Now: clock})
+		n, err = inbox.Purge(ctx, db, 24*time.Hour, &inbox.PurgeOpts{Consumer: "billing", BatchSize: 2, Clock: clock})
 		require.NoError(t, err)
 		assert.Equal(t, int64(5), n)
-		n, err = inbox.Purge(ctx, db, 24*time.Hour, &inbox.PurgeOpts{Now: clock})
+		n, err = inbox.Purge(ctx, db, 24*time.Hour, &inbox.PurgeOpts{Clock: clock})
 		require.NoError(t, err)
 		assert.Equal(t, int64(1), n)
 		var left []string

@@ -129,7 +129,7 @@ func (in *Inbox) Park(ctx context.Context, msg *message.Message, partition int, 
 	err = in.db.WithContext(ctx).Exec(`INSERT INTO inbox_parked
 (consumer, `+parkedColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, '', ?) ON CONFLICT DO NOTHING`,
 		in.cfg.Consumer, msg.UUID, tid, ref.typ, ref.id, ref.version, partition, reason, string(meta), payload,
-		in.cfg.Now().UTC()).Error
+		in.cfg.Clock.Now().UTC()).Error
 	if err != nil {
 		return wrapDB("park", err)
 	}

@@ -46,7 +46,7 @@ func TestPartitionedInboxDedupAndRetention(t *testing.T) {
 		Partitioning: partition.Daily, Ahead: 10, Clock: fakeclock.New(nov1),
 	}))
 	require.NoError(t, db.AutoMigrate(&Effect{}))
-	in, err := inbox.New(db, &inbox.Config{Consumer: "billing", Now: func() time.Time { return nov1.AddDate(0, 0, 5) }})
+	in, err := inbox.New(db, &inbox.Config{Consumer: "billing", Clock: testenv.NewClock(nov1.AddDate(0, 0, 5))})
 	require.NoError(t, err)
 	e := &env{db: db, in: in}
 	var calls atomic.Int32

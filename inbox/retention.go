@@ -7,6 +7,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/internal/purge"
 )
 
@@ -18,8 +19,9 @@ type PurgeOpts struct {
 	// BatchSize is how many records one DELETE removes; each batch is its
 	// own short statement. CountPurgeable ignores it. Defaults to 1,000.
 	BatchSize int
-	// Now is the clock the age is measured from. Defaults to time.Now.
-	Now func() time.Time
+	// Clock is the clock the age is measured from. Defaults to
+	// aggregate.SystemClock.
+	Clock aggregate.Clock
 }
 
 // Purge deletes inbox records received more than olderThan ago and returns
@@ -54,15 +56,15 @@ func Purge(ctx context.Context, db *gorm.DB, olderThan time.Duration, opts *Purg
 // purgeable returns the condition (and its arguments) that selects the
 // records Purge deletes and CountPurgeable counts.
 func purgeable(olderThan time.Duration, opts *PurgeOpts) (string, map[string]any) {
-	now := time.Now
-	if opts.Now != nil {
-		now = opts.Now
+	var clock aggregate.Clock = aggregate.SystemClock{}
+	if opts.Clock != nil {
+		clock = opts.Clock
 	}
 	where := `received_at < @before`
 	if opts.Consumer != "" {
 		where += ` AND consumer = @consumer`
 	}
-	return where, map[string]any{"before": now().UTC().Add(-olderThan), "consumer": opts.Consumer}
+	return where, map[string]any{"before": clock.Now().UTC().Add(-olderThan), "consumer": opts.Consumer}
 }
 
 // CountPurgeable counts the records that Purge with the same arguments
