@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/bentoevents/bento/messaging"
 )
 
 // applyBatch applies, in one transaction, the longest run at the head of
@@ -14,6 +16,15 @@ import (
 // to the single-message path, with its retry rules, before the rest.
 func (c *Consumer) applyBatch(ctx context.Context, batch []*message.Message) int {
 	start := time.Now()
+	for i, m := range batch { // one decode per delivery, before the inbox
+		if _, err := messaging.EnvelopeOf(m); err != nil {
+			batch = batch[:i] // the single-message path dead-letters it
+			break
+		}
+	}
+	if len(batch) == 0 {
+		return 0
+	}
 	if !c.cfg.DisableHoldBack {
 		tangled, err := c.inbox.Entangled(ctx, batch)
 		if err != nil {

@@ -668,9 +668,10 @@ func (c *Consumer) markRunning() {
 	close(c.running)
 }
 
-// dispatch decodes a message and calls its event type's handler.
+// dispatch calls the handler of a message's event type with the envelope
+// decoded once for the delivery (messaging.EnvelopeOf).
 func (c *Consumer) dispatch(msg *message.Message) error {
-	env, err := messaging.Decode(msg)
+	env, err := messaging.EnvelopeOf(msg)
 	if err != nil {
 		return err
 	}
@@ -707,6 +708,11 @@ func (c *Consumer) dispatch(msg *message.Message) error {
 // returned at once, to be redelivered.
 func (c *Consumer) retry(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
+		// One decode per delivery: the inbox and the handler read the
+		// envelope kept in the message's context. A message that does not
+		// decode fails each attempt with that error (dead-lettered as
+		// CauseDecode below).
+		_, decodeErr := messaging.EnvelopeOf(msg)
 		ctx := msg.Context()
 		start := time.Now()
 		delay := c.cfg.RetryInitialInterval
@@ -719,7 +725,8 @@ func (c *Consumer) retry(h message.HandlerFunc) message.HandlerFunc {
 			}
 			var out []*message.Message
 			var st inbox.HoldState
-			if holds {
+			err = decodeErr
+			if err == nil && holds {
 				st, err = c.inbox.CheckHold(ctx, msg)
 			}
 			if err == nil {

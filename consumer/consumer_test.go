@@ -225,6 +225,35 @@ func TestConsumerRetriesThenApplies(t *testing.T) {
 	})
 }
 
+// TestOneDecodePerDelivery: the consumer decodes each delivery once, before
+// its inbox: the handler's envelope is the one the message's context
+// carries (messaging.EnvelopeFrom), for a single message and in a batch.
+func TestOneDecodePerDelivery(t *testing.T) {
+	forEachHarness(t, func(t *testing.T, h *harness) {
+		s := newSuite(t, h)
+		c := s.newConsumer(t, s.config())
+		var shared, handled atomic.Int32
+		require.NoError(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e OrderPlaced, env *messaging.Envelope) error {
+			if got, ok := messaging.EnvelopeFrom(ctx); ok && got == env {
+				shared.Add(1)
+			}
+			handled.Add(1)
+			return tx.Create(&Effect{MessageID: env.ID}).Error
+		}))
+		run(t, c)
+		for v := int64(1); v <= 5; v++ { // versions 1..5 of order o-1
+			m, err := messaging.NewMessage(&outbox.Message{ID: aggregate.NewID(), TenantID: "default", Topic: "order.placed",
+				AggregateType: "order", AggregateID: "o-1", AggregateVersion: v, SchemaVersion: 2,
+				Payload: outbox.JSON(`{"order_id":"o-1","sku":"tea","qty":1}`), OccurredAt: time.Now().UTC()})
+			require.NoError(t, err)
+			s.publish(t, "order.placed", m)
+		}
+		testenv.WaitFor(t, 20*time.Second, "five events applied", func() bool { return s.effects(t) == 5 })
+		assert.EqualValues(t, 5, handled.Load())
+		assert.EqualValues(t, 5, shared.Load(), "each handler got the envelope its context carries")
+	})
+}
+
 // TestHandlerTxIsTheMessageTransaction: the tx a handler receives is the
 // transaction of its message, the one its context carries: a write through
 // it is visible through uow.DB within the attempt and rolled back with the
@@ -300,7 +329,7 @@ func TestConsumerChainsEventsAtomically(t *testing.T) {
 		}))
 		run(t, c)
 		placed := eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: "o-1", SKU: "apple", Qty: 3},
-			map[string]string{outbox.MetaCorrelationID: "checkout-7"})
+			map[string]string{messaging.MetaCorrelationID: "checkout-7"})
 		s.publish(t, "order.placed", placed)
 		testenv.WaitFor(t, 20*time.Second, "the retried attempt", func() bool { return s.counter(t, "bento_inbox_processed_total") == 1 })
 
@@ -312,8 +341,8 @@ func TestConsumerChainsEventsAtomically(t *testing.T) {
 		var rows []outbox.Message
 		require.NoError(t, s.db.Where("topic = 'stock.reserved'").Find(&rows).Error)
 		require.Len(t, rows, 1)
-		assert.Equal(t, "checkout-7", rows[0].Metadata[outbox.MetaCorrelationID])
-		assert.Equal(t, placed.UUID, rows[0].Metadata[outbox.MetaCausationID])
+		assert.Equal(t, "checkout-7", rows[0].Metadata[messaging.MetaCorrelationID])
+		assert.Equal(t, placed.UUID, rows[0].Metadata[messaging.MetaCausationID])
 		var records, bombs int64
 		require.NoError(t, s.db.Model(&inbox.Record{}).Count(&records).Error)
 		require.NoError(t, s.db.Table("bombs").Count(&bombs).Error)

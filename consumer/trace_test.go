@@ -180,8 +180,8 @@ func TestTraceFromCommitToHandler(t *testing.T) {
 		var rows []outbox.Message
 		require.NoError(t, h.db.Where("topic = ?", "stock.reserved").Find(&rows).Error)
 		require.Len(t, rows, 1)
-		assert.Equal(t, traceparentOf(inner.SpanContext()), rows[0].Metadata[outbox.MetaTraceparent])
-		assert.Equal(t, eventID, rows[0].Metadata[outbox.MetaCausationID])
+		assert.Equal(t, traceparentOf(inner.SpanContext()), rows[0].Metadata[messaging.MetaTraceparent])
+		assert.Equal(t, eventID, rows[0].Metadata[messaging.MetaCausationID])
 	})
 }
 
@@ -204,7 +204,7 @@ func TestMalformedTraceparentDoesNotFailConsumption(t *testing.T) {
 
 		const bad = "00-not-a-trace-01"
 		msg := eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: "o-1", SKU: "apple", Qty: 1},
-			map[string]string{outbox.MetaTraceparent: bad})
+			map[string]string{messaging.MetaTraceparent: bad})
 		h.publish(t, "order.placed", msg)
 		consume := tr.waitNamed(t, "bento.consume order.placed", 1)[0]
 		h.publish(t, "order.placed", msg.Copy())
@@ -274,15 +274,15 @@ func TestConsumeWithoutTracer(t *testing.T) {
 		const incoming = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 		h.publish(t, "order.placed", eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: "untraced"}, nil))
 		h.publish(t, "order.placed", eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: "traced"},
-			map[string]string{outbox.MetaTraceparent: incoming}))
+			map[string]string{messaging.MetaTraceparent: incoming}))
 		testenv.WaitFor(t, 20*time.Second, "both messages", func() bool { return s.counter(t, "bento_inbox_processed_total") == 2 })
 
 		var rows []outbox.Message
 		require.NoError(t, h.db.Where("topic = ?", "stock.reserved").Order("aggregate_id").Find(&rows).Error)
 		require.Len(t, rows, 2)
 		assert.Equal(t, "traced", rows[0].AggregateID)
-		assert.Equal(t, incoming, rows[0].Metadata[outbox.MetaTraceparent])
+		assert.Equal(t, incoming, rows[0].Metadata[messaging.MetaTraceparent])
 		assert.Equal(t, "untraced", rows[1].AggregateID)
-		assert.NotContains(t, rows[1].Metadata, outbox.MetaTraceparent)
+		assert.NotContains(t, rows[1].Metadata, messaging.MetaTraceparent)
 	})
 }

@@ -323,8 +323,8 @@ func (in *Inbox) handle(owned *uow.Owned, e *entry, h message.HandlerFunc) (out 
 	hctx := owned.Join(e.ctx)
 	hctx = tenant.With(hctx, e.tid)
 	hctx = outbox.WithMetadata(hctx, outbox.Metadata{
-		outbox.MetaCorrelationID: corr,
-		outbox.MetaCausationID:   e.msg.UUID,
+		messaging.MetaCorrelationID: corr,
+		messaging.MetaCausationID:   e.msg.UUID,
 	})
 	e.hctx = hctx
 	orig := e.msg.Context()

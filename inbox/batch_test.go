@@ -188,7 +188,7 @@ func TestApplyBatchRunsAfterCommitHooksOnce(t *testing.T) {
 		var rows []outbox.Message
 		require.NoError(t, db.Where("topic = 'stock.reserved'").Order("id").Find(&rows).Error)
 		require.Len(t, rows, 2)
-		causes := []string{rows[0].Metadata[outbox.MetaCausationID], rows[1].Metadata[outbox.MetaCausationID]}
+		causes := []string{rows[0].Metadata[messaging.MetaCausationID], rows[1].Metadata[messaging.MetaCausationID]}
 		assert.ElementsMatch(t, []string{"m1", "m2"}, causes)
 	})
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"regexp"
 	"strconv"
 	"time"
 
@@ -19,10 +18,12 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/aggregate"
+	"github.com/bentoevents/bento/internal/clip"
 	"github.com/bentoevents/bento/internal/dberr"
 	"github.com/bentoevents/bento/internal/dialect"
 	"github.com/bentoevents/bento/internal/migrate"
 	"github.com/bentoevents/bento/internal/tracing"
+	"github.com/bentoevents/bento/internal/wire"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
 	"github.com/bentoevents/bento/tenant"
@@ -63,13 +64,13 @@ var tables = []string{"inbox_messages", "inbox_watermarks", "consumer_members", 
 // MaxMessageIDLen is the longest message id the inbox stores.
 const MaxMessageIDLen = 128
 
-var consumerRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,200}$`)
-
-// CheckConsumer returns an error when name cannot name a consumer: it must
-// be 1 to 200 ASCII letters, digits, '_', '.', ':' or '-'.
+// CheckConsumer returns an error when name cannot name a consumer, by the
+// rule for queue and group names (a consumer group's name is its inbox
+// consumer's): 1 to 200 ASCII letters, digits, '_', '.', ':' or '-', not
+// starting with "amq.".
 func CheckConsumer(name string) error {
-	if !consumerRE.MatchString(name) {
-		return fmt.Errorf("%q must be 1 to 200 ASCII letters, digits, '_', '.', ':' or '-'", name)
+	if r := wire.Name(name); r != "" {
+		return fmt.Errorf("%q %s", clip.String(name), r)
 	}
 	return nil
 }
@@ -301,9 +302,21 @@ type aggregateRef struct {
 	version int64
 }
 
-// aggregateOf reads a message's aggregate from its metadata. A message
-// without an aggregate id, or without a version, is not ordered.
+// aggregateOf reads a message's aggregate: from the envelope a consumer
+// decoded once for the delivery (messaging.EnvelopeOf), else from the
+// metadata, for the inbox used on its own. A message without an aggregate
+// id, or without a version, is not ordered.
 func aggregateOf(msg *message.Message) (aggregateRef, error) {
+	if env, ok := messaging.EnvelopeFrom(msg.Context()); ok && env.ID == msg.UUID {
+		_, versioned := env.Metadata[messaging.MetaAggregateVersion]
+		switch {
+		case env.AggregateID == "" || !versioned:
+			return aggregateRef{}, nil
+		case env.AggregateVersion < 1:
+			return aggregateRef{}, fmt.Errorf("%w: message %s has aggregate_version %d", ErrBadVersion, msg.UUID, env.AggregateVersion)
+		}
+		return aggregateRef{typ: env.AggregateType, id: env.AggregateID, version: env.AggregateVersion}, nil
+	}
 	id := msg.Metadata.Get(messaging.MetaAggregateID)
 	v := msg.Metadata.Get(messaging.MetaAggregateVersion)
 	if id == "" || v == "" {

@@ -296,8 +296,8 @@ func TestChainedHandlerCommitsAllOrNothing(t *testing.T) {
 		var rows []outbox.Message
 		require.NoError(t, db.Where("topic = 'stock.reserved'").Find(&rows).Error)
 		require.Len(t, rows, 1)
-		assert.Equal(t, "corr-42", rows[0].Metadata[outbox.MetaCorrelationID])
-		assert.Equal(t, placed.UUID, rows[0].Metadata[outbox.MetaCausationID])
+		assert.Equal(t, "corr-42", rows[0].Metadata[messaging.MetaCorrelationID])
+		assert.Equal(t, placed.UUID, rows[0].Metadata[messaging.MetaCausationID])
 		assert.Equal(t, "acme", rows[0].TenantID, "the emitted event keeps the message's tenant")
 	})
 }

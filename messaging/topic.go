@@ -3,25 +3,19 @@ package messaging
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 
 	"github.com/bentoevents/bento/internal/clip"
+	"github.com/bentoevents/bento/internal/wire"
 )
 
 // ErrInvalidName is returned for a topic, binding pattern, consumer group or
 // exchange name that does not have the required form.
 var ErrInvalidName = errors.New("messaging: invalid name")
 
-// maxRoutingKeyLen is the AMQP short-string limit on routing and binding keys.
+// maxRoutingKeyLen is the AMQP short-string limit on routing keys and
+// exchange names.
 const maxRoutingKeyLen = 255
-
-var (
-	// nameRE is the form of consumer group (queue) and exchange names.
-	nameRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,200}$`)
-	// wordRE is the form of one word of a topic.
-	wordRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
-)
 
 // MatchTopic reports whether topic matches the binding pattern with the
 // semantics of an AMQP topic exchange: both are words separated by '.', a '*'
@@ -61,10 +55,11 @@ func words(s string) []string {
 	return strings.Split(s, ".")
 }
 
-// validateTopic checks a topic (routing key): 1 to 255 bytes of words of
-// ASCII letters, digits, '_' and '-' separated by single dots.
+// validateTopic checks a topic (routing key) against the one topic rule
+// (see outbox.ValidateTopic): 1 to 100 bytes of words of ASCII letters,
+// digits, '_' and '-' separated by single dots.
 func validateTopic(topic string) error {
-	if r := checkWords(topic, false); r != "" {
+	if r := wire.Topic(topic); r != "" {
 		return fmt.Errorf("%w: topic %q %s", ErrInvalidName, clip.String(topic), r)
 	}
 	return nil
@@ -78,7 +73,7 @@ func validatePatterns(patterns []string) error {
 	}
 	var errs []error
 	for _, p := range patterns {
-		if r := checkWords(p, true); r != "" {
+		if r := wire.Pattern(p); r != "" {
 			errs = append(errs, fmt.Errorf("%w: pattern %q %s", ErrInvalidName, clip.String(p), r))
 		}
 	}
@@ -87,7 +82,7 @@ func validatePatterns(patterns []string) error {
 
 // validateGroup checks a consumer group name, which is also its queue name.
 func validateGroup(group string) error {
-	if r := checkName(group); r != "" {
+	if r := wire.Name(group); r != "" {
 		return fmt.Errorf("%w: group %q %s", ErrInvalidName, clip.String(group), r)
 	}
 	return nil
@@ -95,37 +90,4 @@ func validateGroup(group string) error {
 
 // checkName checks a queue or exchange name and returns what is wrong with
 // it, or "".
-func checkName(name string) string {
-	switch {
-	case name == "":
-		return "is empty"
-	case !nameRE.MatchString(name):
-		return "must be 1 to 200 ASCII letters, digits, '_', '.', ':' or '-'"
-	case strings.HasPrefix(name, "amq."):
-		return `must not start with "amq." (reserved by the broker)`
-	}
-	return ""
-}
-
-// checkWords checks a topic, or a binding pattern when wildcards is true,
-// and returns what is wrong with it, or "".
-func checkWords(s string, wildcards bool) string {
-	if s == "" {
-		return "is empty"
-	}
-	if len(s) > maxRoutingKeyLen {
-		return fmt.Sprintf("is longer than %d bytes", maxRoutingKeyLen)
-	}
-	for _, w := range strings.Split(s, ".") {
-		if wildcards && (w == "*" || w == "#") {
-			continue
-		}
-		if !wordRE.MatchString(w) {
-			if wildcards {
-				return "must be dot-separated words of ASCII letters, digits, '_' or '-', or the wildcards '*' and '#'"
-			}
-			return "must be dot-separated words of ASCII letters, digits, '_' or '-'"
-		}
-	}
-	return ""
-}
+func checkName(name string) string { return wire.Name(name) }

@@ -2,6 +2,7 @@ package messaging
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,33 +12,41 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/bentoevents/bento/internal/wire"
 	"github.com/bentoevents/bento/outbox"
 )
 
-// Metadata keys of the wire format. Every message carries MetaEventType,
-// MetaTenantID, MetaSchemaVersion, MetaOccurredAt and MetaCorrelationID; the
-// aggregate keys are present when the event belongs to an aggregate;
-// MetaCausationID, MetaTraceparent and MetaTracestate when the event has
-// them; MetaPartitionKey always. MetaTraceparent and MetaTracestate are the
-// W3C Trace Context of the projector's publish span (see package
-// projector); a consumer's span continues from it (see package inbox).
+// Metadata keys of the wire format: the one list of them (outbox metadata
+// uses the same keys). Every message carries MetaEventType, MetaTenantID,
+// MetaSchemaVersion, MetaOccurredAt and MetaCorrelationID; the aggregate
+// keys are present when the event belongs to an aggregate; MetaCausationID,
+// MetaTraceparent and MetaTracestate when the event has them;
+// MetaPartitionKey always; MetaProducer when the unit of work that wrote
+// the event names its producer (uow.Config.Producer). MetaTraceparent and
+// MetaTracestate are the W3C Trace Context of the projector's publish span
+// (see package projector); a consumer's span continues from it.
 const (
-	MetaEventType        = "event_type"
-	MetaAggregateType    = "aggregate_type"
-	MetaAggregateID      = "aggregate_id"
-	MetaAggregateVersion = "aggregate_version"
-	MetaTenantID         = "tenant_id"
-	MetaSchemaVersion    = "schema_version"
-	MetaOccurredAt       = "occurred_at"
-	MetaCorrelationID    = "correlation_id"
-	MetaCausationID      = "causation_id"
-	MetaTraceparent      = "traceparent"
-	MetaTracestate       = "tracestate"
+	MetaEventType        = wire.EventType
+	MetaAggregateType    = wire.AggregateType
+	MetaAggregateID      = wire.AggregateID
+	MetaAggregateVersion = wire.AggregateVersion
+	MetaTenantID         = wire.TenantID
+	MetaSchemaVersion    = wire.SchemaVersion
+	MetaOccurredAt       = wire.OccurredAt
+	// MetaCorrelationID is the id of the first event of a chain; set it
+	// (outbox.WithMetadata) to continue a chain begun elsewhere.
+	MetaCorrelationID = wire.CorrelationID
+	// MetaCausationID is the id of the event whose handling wrote this one.
+	MetaCausationID = wire.CausationID
+	MetaTraceparent = wire.Traceparent
+	MetaTracestate  = wire.Tracestate
+	// MetaProducer names the service that wrote the event.
+	MetaProducer = wire.Producer
 	// MetaPartitionKey chooses the consumer partition of the message (see
 	// PartitionKey): "tenant|aggregate type|aggregate id" for an event of
 	// an aggregate, the event id otherwise. RabbitMQ's consistent-hash
 	// exchange hashes it.
-	MetaPartitionKey = "partition_key"
+	MetaPartitionKey = wire.PartitionKey
 )
 
 // ErrMalformedMessage is returned (usually inside a [*DecodeError]) for a
@@ -102,26 +111,14 @@ type Envelope struct {
 // columns. The correlation id is m.Metadata's when set, else the event's own
 // id (a chain starts at its first event).
 //
-// It returns an error wrapping [ErrMalformedMessage] when the row has no id,
-// topic or tenant, a schema version below 1, or a payload that is not JSON.
+// A row is validated once, when it is written (outbox.Store.Prepare, which
+// Insert, Add and every unit of work call): NewMessage trusts it and checks
+// nothing again, so the relay does not re-validate each row it publishes.
+// Build rows by hand through Prepare, or with every field set. It returns an
+// error wrapping [ErrMalformedMessage] only for a nil row.
 func NewMessage(m *outbox.Message) (*message.Message, error) {
 	if m == nil {
 		return nil, fmt.Errorf("%w: nil outbox message", ErrMalformedMessage)
-	}
-	bad := func(field, reason string) error {
-		return fmt.Errorf("%w: event %q: %s %s", ErrMalformedMessage, m.ID, field, reason)
-	}
-	switch {
-	case m.ID == "":
-		return nil, bad("id", "is empty")
-	case m.Topic == "":
-		return nil, bad("topic", "is empty")
-	case m.TenantID == "":
-		return nil, bad("tenant_id", "is empty")
-	case m.SchemaVersion < 1:
-		return nil, bad("schema_version", fmt.Sprintf("%d is not positive", m.SchemaVersion))
-	case !json.Valid(m.Payload):
-		return nil, bad("payload", "is not valid JSON")
 	}
 
 	msg := message.NewMessage(m.ID, message.Payload(m.Payload))
@@ -150,6 +147,38 @@ func NewMessage(m *outbox.Message) (*message.Message, error) {
 		}
 	}
 	return msg, nil
+}
+
+// envelopeKey keys the envelope EnvelopeOf keeps in a message's context.
+type envelopeKey struct{}
+
+// EnvelopeOf returns msg's envelope, decoding msg (see Decode) only the
+// first time: it keeps the envelope in msg's context, so that the
+// middlewares and the handler that see one delivery decode it once. A
+// consumer calls it before its inbox and its handler; they read the same
+// envelope. The envelope is shared: do not modify it.
+//
+// Errors: those of Decode.
+func EnvelopeOf(msg *message.Message) (*Envelope, error) {
+	if msg == nil {
+		return Decode(nil)
+	}
+	if env, ok := EnvelopeFrom(msg.Context()); ok && env.ID == msg.UUID {
+		return env, nil
+	}
+	env, err := Decode(msg)
+	if err != nil {
+		return nil, err
+	}
+	msg.SetContext(context.WithValue(msg.Context(), envelopeKey{}, env))
+	return env, nil
+}
+
+// EnvelopeFrom returns the envelope EnvelopeOf kept in ctx (a message's
+// context, or one derived from it), if any.
+func EnvelopeFrom(ctx context.Context) (*Envelope, bool) {
+	env, ok := ctx.Value(envelopeKey{}).(*Envelope)
+	return env, ok
 }
 
 // Decode reads the wire format back from msg. It requires a UUID, the

@@ -1,6 +1,7 @@
 package messaging_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"testing"
@@ -25,10 +26,10 @@ func sampleRow() *outbox.Message {
 		SchemaVersion:    2,
 		Payload:          outbox.JSON(`{"order_id":"o-42","amount_cents":1200}`),
 		Metadata: outbox.Metadata{
-			outbox.MetaCorrelationID: "01JD0000000000000000000000",
-			outbox.MetaCausationID:   "01JD00000000000000000000ZZ",
-			outbox.MetaTraceparent:   "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-			outbox.MetaProducer:      "checkout",
+			messaging.MetaCorrelationID: "01JD0000000000000000000000",
+			messaging.MetaCausationID:   "01JD00000000000000000000ZZ",
+			messaging.MetaTraceparent:   "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+			messaging.MetaProducer:      "checkout",
 		},
 		OccurredAt: time.Date(2026, 11, 21, 10, 30, 0, 123456789, time.FixedZone("JST", 9*3600)),
 	}
@@ -68,9 +69,9 @@ func TestNewMessageDecodeRoundTrip(t *testing.T) {
 	assert.Equal(t, row.SchemaVersion, env.SchemaVersion)
 	assert.True(t, row.OccurredAt.Equal(env.OccurredAt), "occurred_at %v != %v", env.OccurredAt, row.OccurredAt)
 	assert.Equal(t, time.UTC, env.OccurredAt.Location())
-	assert.Equal(t, row.Metadata[outbox.MetaCorrelationID], env.CorrelationID)
-	assert.Equal(t, row.Metadata[outbox.MetaCausationID], env.CausationID)
-	assert.Equal(t, row.Metadata[outbox.MetaTraceparent], env.Traceparent)
+	assert.Equal(t, row.Metadata[messaging.MetaCorrelationID], env.CorrelationID)
+	assert.Equal(t, row.Metadata[messaging.MetaCausationID], env.CausationID)
+	assert.Equal(t, row.Metadata[messaging.MetaTraceparent], env.Traceparent)
 	assert.JSONEq(t, string(row.Payload), string(env.Payload))
 	assert.Equal(t, map[string]string(msg.Metadata), env.Metadata)
 }
@@ -102,27 +103,17 @@ func TestNewMessageDefaults(t *testing.T) {
 	assert.Equal(t, row.ID, env.CorrelationID)
 }
 
-func TestNewMessageRejectsBadRows(t *testing.T) {
+func TestNewMessageTrustsItsRow(t *testing.T) {
 	t.Parallel()
-	tests := map[string]func(m *outbox.Message){
-		"empty id":         func(m *outbox.Message) { m.ID = "" },
-		"empty topic":      func(m *outbox.Message) { m.Topic = "" },
-		"empty tenant":     func(m *outbox.Message) { m.TenantID = "" },
-		"schema version 0": func(m *outbox.Message) { m.SchemaVersion = 0 },
-		"payload not JSON": func(m *outbox.Message) { m.Payload = outbox.JSON(`{"a":`) },
-		"payload empty":    func(m *outbox.Message) { m.Payload = nil },
-	}
-	for name, mutate := range tests {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			row := sampleRow()
-			mutate(row)
-			_, err := messaging.NewMessage(row)
-			require.ErrorIs(t, err, messaging.ErrMalformedMessage)
-		})
-	}
+	// Rows are validated once, when written; NewMessage refuses only nil.
 	_, err := messaging.NewMessage(nil)
 	require.ErrorIs(t, err, messaging.ErrMalformedMessage)
+	row := sampleRow()
+	row.Payload = outbox.JSON(`{"a":`) // Prepare would have refused it
+	msg, err := messaging.NewMessage(row)
+	require.NoError(t, err)
+	_, err = messaging.Decode(msg)
+	require.ErrorIs(t, err, messaging.ErrMalformedMessage, "a consumer still refuses what the writer would have")
 }
 
 func TestDecodeRejectsMalformedMessages(t *testing.T) {
@@ -182,4 +173,40 @@ func TestDecodeErrorUnwraps(t *testing.T) {
 	var err error = &messaging.DecodeError{MessageID: "m1", Key: "uuid", Reason: "is empty"}
 	assert.True(t, errors.Is(err, messaging.ErrMalformedMessage))
 	assert.NotEmpty(t, err.Error())
+}
+
+// TestEnvelopeOfDecodesOncePerDelivery: the first call decodes and keeps
+// the envelope in the message's context, later calls (and EnvelopeFrom on
+// derived contexts) return that same envelope; a copy of the message, or a
+// malformed one, is decoded on its own.
+func TestEnvelopeOfDecodesOncePerDelivery(t *testing.T) {
+	msg, err := messaging.NewMessage(&outbox.Message{ID: "01JD3ZQ8Y7C1W4K3M5N6P7Q8R9", TenantID: "default", Topic: "order.paid",
+		AggregateType: "order", AggregateID: "o-1", AggregateVersion: 2, SchemaVersion: 1, Payload: outbox.JSON(`{}`), OccurredAt: time.Now()})
+	require.NoError(t, err)
+	_, ok := messaging.EnvelopeFrom(msg.Context())
+	require.False(t, ok, "nothing decoded yet")
+
+	first, err := messaging.EnvelopeOf(msg)
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), first.AggregateVersion)
+	msg.Metadata.Set(messaging.MetaAggregateVersion, "3") // a second decode would see this
+	again, err := messaging.EnvelopeOf(msg)
+	require.NoError(t, err)
+	assert.Same(t, first, again, "decoded once")
+	derived, ok := messaging.EnvelopeFrom(context.WithValue(msg.Context(), struct{}{}, 1))
+	require.True(t, ok)
+	assert.Same(t, first, derived, "a context derived from the message's carries it")
+
+	cp := msg.Copy()
+	cp.UUID = "01JD3ZQ8Y7C1W4K3M5N6P7Q8S0"
+	cp.SetContext(msg.Context())
+	other, err := messaging.EnvelopeOf(cp)
+	require.NoError(t, err)
+	assert.Equal(t, int64(3), other.AggregateVersion, "another message is decoded on its own")
+
+	bad := message.NewMessage("m-1", []byte(`{}`))
+	_, err = messaging.EnvelopeOf(bad)
+	require.ErrorIs(t, err, messaging.ErrMalformedMessage)
+	_, ok = messaging.EnvelopeFrom(bad.Context())
+	assert.False(t, ok, "a failed decode keeps nothing")
 }

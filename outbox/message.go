@@ -159,14 +159,6 @@ func (j JSON) MarshalJSON() ([]byte, error) {
 // causation ids, traceparent, producer. It travels as message metadata.
 type Metadata map[string]string
 
-// Well-known metadata keys.
-const (
-	MetaCorrelationID = "correlation_id"
-	MetaCausationID   = "causation_id"
-	MetaTraceparent   = "traceparent"
-	MetaProducer      = "producer"
-)
-
 // Value implements driver.Valuer.
 func (m Metadata) Value() (driver.Value, error) {
 	if m == nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/bentoevents/bento/internal/dialect"
 	"github.com/bentoevents/bento/internal/migrate"
 	"github.com/bentoevents/bento/internal/tracing"
+	"github.com/bentoevents/bento/internal/wire"
 	"github.com/bentoevents/bento/tenant"
 )
 
@@ -346,10 +347,10 @@ func (s *Store) Get(ctx context.Context, id string) (*Message, error) {
 // or the metadata ctx carries (WithMetadata) already has a traceparent: the
 // caller's choice is kept. Without a valid span md is returned as it is.
 func (s *Store) traceInto(ctx context.Context, md Metadata) Metadata {
-	if _, set := md[MetaTraceparent]; set {
+	if _, set := md[wire.Traceparent]; set {
 		return md
 	}
-	if _, set := MetadataFrom(ctx)[MetaTraceparent]; set {
+	if _, set := MetadataFrom(ctx)[wire.Traceparent]; set {
 		return md
 	}
 	tc := s.tracing.Inject(ctx, nil)

@@ -14,6 +14,7 @@ import (
 	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/internal/dialect"
 	"github.com/bentoevents/bento/internal/testenv"
+	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
 	"github.com/bentoevents/bento/tenant"
 )
@@ -81,7 +82,7 @@ func TestAddStoresOptions(t *testing.T) {
 			AggregateID:      "o-7",
 			AggregateVersion: 3,
 			SchemaVersion:    2,
-			Metadata:         outbox.Metadata{outbox.MetaProducer: "shop"},
+			Metadata:         outbox.Metadata{messaging.MetaProducer: "shop"},
 			OccurredAt:       occurred,
 		})
 
@@ -92,7 +93,7 @@ func TestAddStoresOptions(t *testing.T) {
 		assert.Equal(t, "o-7", got.AggregateID)
 		assert.Equal(t, int64(3), got.AggregateVersion)
 		assert.Equal(t, 2, got.SchemaVersion)
-		assert.Equal(t, outbox.Metadata{outbox.MetaProducer: "shop"}, got.Metadata)
+		assert.Equal(t, outbox.Metadata{messaging.MetaProducer: "shop"}, got.Metadata)
 		require.NotNil(t, got.DedupKey)
 		assert.Equal(t, "order-7-paid", *got.DedupKey)
 		assertTime(t, occurred, got.OccurredAt, "occurred_at")
@@ -184,10 +185,10 @@ func TestAddMetadata(t *testing.T) {
 	testenv.ForEachBackend(t, func(t *testing.T, _ testenv.Backend, db *gorm.DB) {
 		e := setup(t, db, nil)
 		base := context.Background()
-		outerMD := outbox.Metadata{outbox.MetaCorrelationID: "corr-1", outbox.MetaProducer: "outer"}
+		outerMD := outbox.Metadata{messaging.MetaCorrelationID: "corr-1", messaging.MetaProducer: "outer"}
 		outer := outbox.WithMetadata(base, outerMD)
-		inner := outbox.WithMetadata(outer, outbox.Metadata{outbox.MetaProducer: "inner", outbox.MetaTraceparent: "tp-ctx"})
-		outerMD[outbox.MetaProducer] = "changed after WithMetadata" // the context holds a copy
+		inner := outbox.WithMetadata(outer, outbox.Metadata{messaging.MetaProducer: "inner", messaging.MetaTraceparent: "tp-ctx"})
+		outerMD[messaging.MetaProducer] = "changed after WithMetadata" // the context holds a copy
 
 		cases := []struct {
 			name string
@@ -203,27 +204,27 @@ func TestAddMetadata(t *testing.T) {
 			{
 				name: "context",
 				ctx:  outer,
-				want: outbox.Metadata{outbox.MetaCorrelationID: "corr-1", outbox.MetaProducer: "outer"},
+				want: outbox.Metadata{messaging.MetaCorrelationID: "corr-1", messaging.MetaProducer: "outer"},
 			},
 			{
 				name: "nested context, inner wins",
 				ctx:  inner,
-				want: outbox.Metadata{outbox.MetaCorrelationID: "corr-1", outbox.MetaProducer: "inner", outbox.MetaTraceparent: "tp-ctx"},
+				want: outbox.Metadata{messaging.MetaCorrelationID: "corr-1", messaging.MetaProducer: "inner", messaging.MetaTraceparent: "tp-ctx"},
 			},
 			{
 				name: "per-add wins over context",
 				ctx:  inner,
-				md:   outbox.Metadata{outbox.MetaTraceparent: "tp-own", "custom": "x"},
+				md:   outbox.Metadata{messaging.MetaTraceparent: "tp-own", "custom": "x"},
 				want: outbox.Metadata{
-					outbox.MetaCorrelationID: "corr-1", outbox.MetaProducer: "inner",
-					outbox.MetaTraceparent: "tp-own", "custom": "x",
+					messaging.MetaCorrelationID: "corr-1", messaging.MetaProducer: "inner",
+					messaging.MetaTraceparent: "tp-own", "custom": "x",
 				},
 			},
 			{
 				name: "per-add only",
 				ctx:  base,
-				md:   outbox.Metadata{outbox.MetaCausationID: "cause-1"},
-				want: outbox.Metadata{outbox.MetaCausationID: "cause-1"},
+				md:   outbox.Metadata{messaging.MetaCausationID: "cause-1"},
+				want: outbox.Metadata{messaging.MetaCausationID: "cause-1"},
 			},
 		}
 		for _, c := range cases {
@@ -238,7 +239,7 @@ func TestAddMetadata(t *testing.T) {
 				}
 			})
 		}
-		assert.Equal(t, "outer", outbox.MetadataFrom(outer)[outbox.MetaProducer], "nesting leaves the outer context alone")
+		assert.Equal(t, "outer", outbox.MetadataFrom(outer)[messaging.MetaProducer], "nesting leaves the outer context alone")
 		assert.Nil(t, outbox.MetadataFrom(base))
 	})
 }

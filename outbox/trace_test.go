@@ -11,6 +11,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/internal/testenv"
+	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
 )
 
@@ -31,18 +32,18 @@ func TestAddCarriesTheCallersTrace(t *testing.T) {
 		stored, err := e.store.Get(context.Background(), m.ID)
 		require.NoError(t, err)
 		want := fmt.Sprintf("00-%s-%s-01", sc.TraceID(), sc.SpanID())
-		assert.Equal(t, want, stored.Metadata[outbox.MetaTraceparent])
+		assert.Equal(t, want, stored.Metadata[messaging.MetaTraceparent])
 
 		own := "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 		m = e.add(ctx, t, "order.paid", orderPaid{OrderID: "o-2"},
-			&outbox.AddOpts{Metadata: outbox.Metadata{outbox.MetaTraceparent: own}})
+			&outbox.AddOpts{Metadata: outbox.Metadata{messaging.MetaTraceparent: own}})
 		stored, err = e.store.Get(context.Background(), m.ID)
 		require.NoError(t, err)
-		assert.Equal(t, own, stored.Metadata[outbox.MetaTraceparent], "the caller's traceparent is kept")
+		assert.Equal(t, own, stored.Metadata[messaging.MetaTraceparent], "the caller's traceparent is kept")
 
 		m = e.add(context.Background(), t, "order.paid", orderPaid{OrderID: "o-3"}, nil)
 		stored, err = e.store.Get(context.Background(), m.ID)
 		require.NoError(t, err)
-		assert.NotContains(t, stored.Metadata, outbox.MetaTraceparent, "no span, no traceparent")
+		assert.NotContains(t, stored.Metadata, messaging.MetaTraceparent, "no span, no traceparent")
 	})
 }

@@ -9,29 +9,29 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/bentoevents/bento/internal/clip"
+	"github.com/bentoevents/bento/internal/wire"
 	"github.com/bentoevents/bento/tenant"
 )
 
 // Field limits, matching the column sizes.
 const (
-	MaxTopicLen         = 100
+	// MaxTopicLen is the longest topic: the one limit every bus checks too.
+	MaxTopicLen         = wire.MaxTopicLen
 	MaxAggregateTypeLen = 50
 	MaxAggregateIDLen   = 64
 	MaxDedupKeyLen      = 255
 	MaxLastErrorLen     = 2000
 )
 
-var (
-	topicRE         = regexp.MustCompile(`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$`)
-	aggregateTypeRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]*$`)
-)
+var aggregateTypeRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]*$`)
 
-// ValidateTopic checks an event type name: 1 to 100 characters, words of
-// ASCII letters, digits, '_' and '-' separated by single dots ("order.paid").
-// The AMQP wildcards '*' and '#' are not allowed. It returns an error wrapping
+// ValidateTopic checks an event type name against bento's one topic rule,
+// which the buses check too: 1 to MaxTopicLen bytes, words of ASCII
+// letters, digits, '_' and '-' separated by single dots ("order.paid"). The
+// AMQP wildcards '*' and '#' are not allowed. It returns an error wrapping
 // ErrInvalidEvent.
 func ValidateTopic(topic string) error {
-	return asError(checkTopic(topic), "topic", topic)
+	return asError(wire.Topic(topic), "topic", topic)
 }
 
 // ValidateAggregateType checks an aggregate type name: 1 to 50 characters,
@@ -45,18 +45,6 @@ func asError(reason, field, value string) error {
 		return nil
 	}
 	return &ValidationError{Field: field, Reason: fmt.Sprintf("%q %s", clip.String(value), reason), Err: ErrInvalidEvent}
-}
-
-func checkTopic(t string) string {
-	switch {
-	case t == "":
-		return "is empty"
-	case len(t) > MaxTopicLen:
-		return fmt.Sprintf("is longer than %d characters", MaxTopicLen)
-	case !topicRE.MatchString(t):
-		return "must be dot-separated words of ASCII letters, digits, '_' or '-'"
-	}
-	return ""
 }
 
 func checkAggregateType(t string) string {
@@ -99,7 +87,7 @@ func (s *Store) validate(m *Message) error {
 	if err := tenant.Validate(m.TenantID); err != nil {
 		return bad("tenant_id", fmt.Sprintf("%q is invalid", clip.String(m.TenantID)), err)
 	}
-	if r := checkTopic(m.Topic); r != "" {
+	if r := wire.Topic(m.Topic); r != "" {
 		return bad("topic", fmt.Sprintf("%q %s", clip.String(m.Topic), r), ErrInvalidEvent)
 	}
 	if m.AggregateType != "" || m.AggregateID != "" {

@@ -153,7 +153,7 @@ func TestPublishWithoutTracer(t *testing.T) {
 	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend, db *gorm.DB) {
 		e := setup(t, db)
 		const stored = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-		traced := outbox.WithMetadata(context.Background(), outbox.Metadata{outbox.MetaTraceparent: stored})
+		traced := outbox.WithMetadata(context.Background(), outbox.Metadata{messaging.MetaTraceparent: stored})
 		c := &Counter{}
 		c.ID = "traced"
 		c.Tick()

@@ -11,6 +11,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/internal/testenv"
+	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
 	"github.com/bentoevents/bento/tenant"
 	"github.com/bentoevents/bento/uow"
@@ -49,7 +50,7 @@ func TestCommitSavesStateAndEvents(t *testing.T) {
 			assert.Equal(t, 1, r.SchemaVersion)
 			assert.Equal(t, outbox.StatusNew, r.Status)
 			assert.Equal(t, 0, r.Attempts)
-			assert.Equal(t, "suite", r.Metadata[outbox.MetaProducer])
+			assert.Equal(t, "suite", r.Metadata[messaging.MetaProducer])
 			assert.True(t, r.OccurredAt.Equal(epoch.Add(time.Second)), "occurred_at is the commit's time: %v", r.OccurredAt)
 		}
 		assert.Less(t, rows[0].ID, rows[1].ID, "ids sort in version order")

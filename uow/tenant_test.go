@@ -10,6 +10,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/internal/testenv"
+	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
 	"github.com/bentoevents/bento/tenant"
 	"github.com/bentoevents/bento/uow"
@@ -59,12 +60,12 @@ func TestTenantOnEveryRow(t *testing.T) {
 func TestContextMetadataOnEvents(t *testing.T) {
 	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend, db *gorm.DB) {
 		e := setup(t, b, db)
-		ctx := outbox.WithMetadata(context.Background(), outbox.Metadata{outbox.MetaCorrelationID: "corr-1"})
+		ctx := outbox.WithMetadata(context.Background(), outbox.Metadata{messaging.MetaCorrelationID: "corr-1"})
 		e.commitNewCtx(t, ctx, "acc-1")
 		rows := e.outboxRows(t)
 		require.Len(t, rows, 1)
-		assert.Equal(t, "corr-1", rows[0].Metadata[outbox.MetaCorrelationID])
-		assert.Equal(t, "suite", rows[0].Metadata[outbox.MetaProducer])
+		assert.Equal(t, "corr-1", rows[0].Metadata[messaging.MetaCorrelationID])
+		assert.Equal(t, "suite", rows[0].Metadata[messaging.MetaProducer])
 	})
 }
 

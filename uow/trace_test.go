@@ -16,6 +16,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/internal/testenv"
+	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
 	"github.com/bentoevents/bento/uow"
 )
@@ -81,9 +82,9 @@ func TestCommitCarriesTraceContext(t *testing.T) {
 		rows := e.outboxRows(t)
 		require.Len(t, rows, 2)
 		for _, r := range rows {
-			assert.Equal(t, traceparent(commit.SpanContext()), r.Metadata[outbox.MetaTraceparent], "event %s", r.ID)
+			assert.Equal(t, traceparent(commit.SpanContext()), r.Metadata[messaging.MetaTraceparent], "event %s", r.ID)
 			assert.NotContains(t, r.Metadata, "tracestate", "no tracestate without one in the trace")
-			assert.Equal(t, "suite", r.Metadata[outbox.MetaProducer], "other metadata is kept")
+			assert.Equal(t, "suite", r.Metadata[messaging.MetaProducer], "other metadata is kept")
 		}
 	})
 }
@@ -96,11 +97,11 @@ func TestCommitKeepsExplicitTraceparent(t *testing.T) {
 		const own = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 		ctx, request := tp.Tracer("test").Start(context.Background(), "request")
 		defer request.End()
-		ctx = outbox.WithMetadata(ctx, outbox.Metadata{outbox.MetaTraceparent: own})
+		ctx = outbox.WithMetadata(ctx, outbox.Metadata{messaging.MetaTraceparent: own})
 		e.commitNewCtx(t, ctx, "acc-1")
 		rows := e.outboxRows(t)
 		require.Len(t, rows, 1)
-		assert.Equal(t, own, rows[0].Metadata[outbox.MetaTraceparent])
+		assert.Equal(t, own, rows[0].Metadata[messaging.MetaTraceparent])
 	})
 }
 
@@ -119,7 +120,7 @@ func TestCommitTracestate(t *testing.T) {
 	rows := e.outboxRows(t)
 	require.Len(t, rows, 1)
 	assert.Equal(t, "vendor=abc", rows[0].Metadata["tracestate"])
-	assert.Contains(t, rows[0].Metadata[outbox.MetaTraceparent], trace.TraceID{1}.String())
+	assert.Contains(t, rows[0].Metadata[messaging.MetaTraceparent], trace.TraceID{1}.String())
 }
 
 // TestFailedCommitSpan: a commit that fails marks its span as failed.
@@ -152,7 +153,7 @@ func TestCommitWithoutTracer(t *testing.T) {
 		e.commitNew(t, "acc-1")
 		rows := e.outboxRows(t)
 		require.Len(t, rows, 1)
-		assert.NotContains(t, rows[0].Metadata, outbox.MetaTraceparent)
+		assert.NotContains(t, rows[0].Metadata, messaging.MetaTraceparent)
 
 		const incoming = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 		ctx := propagation.TraceContext{}.Extract(context.Background(),
@@ -160,6 +161,6 @@ func TestCommitWithoutTracer(t *testing.T) {
 		e.commitNewCtx(t, ctx, "acc-2")
 		rows = e.outboxRows(t)
 		require.Len(t, rows, 2)
-		assert.Equal(t, incoming, rows[1].Metadata[outbox.MetaTraceparent])
+		assert.Equal(t, incoming, rows[1].Metadata[messaging.MetaTraceparent])
 	})
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/bentoevents/bento/internal/dberr"
 	"github.com/bentoevents/bento/internal/tracing"
 	"github.com/bentoevents/bento/internal/txn"
+	"github.com/bentoevents/bento/internal/wire"
 	"github.com/bentoevents/bento/outbox"
 	"github.com/bentoevents/bento/tenant"
 )
@@ -235,7 +236,7 @@ func (u *UnitOfWork) flush(ctx context.Context) ([]bump, error) {
 // event. A traceparent already in ctx's metadata (outbox.WithMetadata) is
 // the caller's choice and is kept.
 func (u *UnitOfWork) traceMetadata(ctx context.Context) context.Context {
-	if _, set := outbox.MetadataFrom(ctx)[tracing.KeyTraceparent]; set {
+	if _, set := outbox.MetadataFrom(ctx)[wire.Traceparent]; set {
 		return ctx
 	}
 	if md := u.m.tracing.Inject(ctx, nil); len(md) > 0 {
@@ -274,7 +275,7 @@ func (u *UnitOfWork) messages(r aggregate.Root) ([]*outbox.Message, error) {
 		}
 		var md outbox.Metadata
 		if u.m.cfg.Producer != "" {
-			md = outbox.Metadata{outbox.MetaProducer: u.m.cfg.Producer}
+			md = outbox.Metadata{wire.Producer: u.m.cfg.Producer}
 		}
 		msgs = append(msgs, &outbox.Message{ // the store stamps ID and OccurredAt
 			TenantID:         u.tenant,

@@ -22,16 +22,11 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bentoevents/bento/internal/clip"
+	"github.com/bentoevents/bento/internal/wire"
 )
 
 // ScopeName is the instrumentation scope of bento's spans.
 const ScopeName = "github.com/bentoevents/bento"
-
-// Metadata keys written by the default propagator (W3C Trace Context).
-const (
-	KeyTraceparent = "traceparent"
-	KeyTracestate  = "tracestate"
-)
 
 // Span names.
 const (
@@ -124,7 +119,7 @@ func (t Tracing) Start(ctx context.Context, name string, kind trace.SpanKind) (c
 func (t Tracing) StartFrom(ctx context.Context, md map[string]string, name string, kind trace.SpanKind) (context.Context, trace.Span) {
 	parent := t.prop.Extract(ctx, propagation.MapCarrier(md))
 	ctx, span := t.start(parent, name, kind)
-	if tp := md[KeyTraceparent]; tp != "" && span.IsRecording() {
+	if tp := md[wire.Traceparent]; tp != "" && span.IsRecording() {
 		if sc := trace.SpanContextFromContext(parent); !sc.IsValid() || !sc.IsRemote() {
 			span.AddEvent(EventInvalidTraceparent, trace.WithAttributes(AttrTraceparent.String(clip.String(tp))))
 		}
