@@ -4,8 +4,9 @@
 # check, if they are missing), check formatting and vet,
 # run every test with the race detector, run the suite again without it (the
 # stress tests skip under -race), run each benchmark once so they keep
-# working, and vet and test the nested modules examples/redisbus and bench. Set CI=1 to
-# make tests fail (not skip) when a service is down.
+# working, vet and test the nested modules examples/redisbus and bench, and
+# check that the tests left no queues behind on the local RabbitMQ. Set CI=1
+# to make tests fail (not skip) when a service is down.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
@@ -31,3 +32,17 @@ echo "== examples/redisbus (its own module): go vet, go test -race"
 (cd examples/redisbus && go vet ./... && go test -race -count=1 -timeout 10m ./...)
 echo "== bench (its own module): go vet, go test"
 (cd bench && go vet ./... && go test -count=1 ./...)
+echo "== test queues left on RabbitMQ"
+# Every test deletes the queues it declares (internal/testenv's "bt."
+# exchanges). A test that leaks them leaks on every run, and thousands of
+# leftover queues wedge the broker: a systematic leak fails the run, a few
+# (a cleanup that could not connect) are reported.
+if [[ -z "${BENTO_TEST_AMQP_URL:-}" ]] && command -v rabbitmqctl >/dev/null; then
+	left=$(timeout 60 rabbitmqctl -q list_queues name 2>/dev/null | grep -c '^bt\.' || true)
+	echo "${left:-0} left"
+	if ((${left:-0} > 50)); then
+		timeout 60 rabbitmqctl -q list_queues name 2>/dev/null | grep '^bt\.' | sed -E 's/^bt\.[0-9a-f]+\.//' | sort | uniq -c | sort -rn | head -20
+		echo "tests leaked RabbitMQ queues (above, by name after the exchange): register them with testenv.Exchange"
+		exit 1
+	fi
+fi
