@@ -44,6 +44,9 @@
 //     [Store.CountSent] for an unpartitioned table, [Maintain] for a
 //     partitioned one.
 //
+// Every SQL statement the package runs is in queries.go, one named constant
+// or builder per statement, with the index it relies on.
+//
 // # Retention
 //
 // [Store.PurgeSent] deletes old sent rows in short batches. On PostgreSQL the

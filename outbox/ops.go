@@ -3,9 +3,7 @@ package outbox
 import (
 	"context"
 	"errors"
-
-	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
+	"maps"
 )
 
 // ErrInvalidArgument is returned by the operator calls for an argument out
@@ -27,23 +25,12 @@ func (f Filter) empty() bool {
 	return len(f.IDs) == 0 && f.Tenant == "" && f.Topic == "" && f.AggregateType == "" && f.AggregateID == ""
 }
 
-func (f Filter) apply(q *gorm.DB) *gorm.DB {
-	if len(f.IDs) > 0 {
-		q = q.Where("id IN ?", f.IDs)
-	}
-	if f.Tenant != "" {
-		q = q.Where("tenant_id = ?", f.Tenant)
-	}
-	if f.Topic != "" {
-		q = q.Where("topic = ?", f.Topic)
-	}
-	if f.AggregateType != "" {
-		q = q.Where("aggregate_type = ?", f.AggregateType)
-	}
-	if f.AggregateID != "" {
-		q = q.Where("aggregate_id = ?", f.AggregateID)
-	}
-	return q
+// args are the bind parameters of deadWhere(f), plus extra.
+func (f Filter) args(extra map[string]any) map[string]any {
+	a := map[string]any{"ids": f.IDs, "tenant": f.Tenant, "topic": f.Topic,
+		"aggregate_type": f.AggregateType, "aggregate_id": f.AggregateID}
+	maps.Copy(a, extra)
+	return a
 }
 
 // ListDead returns up to limit dead rows matching f, oldest first, with their
@@ -53,8 +40,7 @@ func (s *Store) ListDead(ctx context.Context, f Filter, limit int) ([]Message, e
 		limit = 100
 	}
 	var rows []Message
-	q := f.apply(s.db.WithContext(ctx).Where("status = ?", StatusDead))
-	if err := q.Order("id").Limit(limit).Find(&rows).Error; err != nil {
+	if err := s.db.WithContext(ctx).Raw(listDeadSQL(f), f.args(map[string]any{"limit": limit})).Scan(&rows).Error; err != nil {
 		return nil, wrapDB("outbox: list dead", err)
 	}
 	return rows, nil
@@ -71,11 +57,7 @@ func (s *Store) Requeue(ctx context.Context, f Filter, all bool) (int64, error) 
 	if f.empty() && !all {
 		return 0, ErrNoFilter
 	}
-	q := f.apply(s.db.WithContext(ctx).Model(&Message{}).Where("status = ?", StatusDead))
-	res := q.Updates(map[string]any{
-		"status": StatusNew, "attempts": 0, "available_at": s.clock.now(),
-		"locked_by": nil, "locked_until": nil,
-	})
+	res := s.db.WithContext(ctx).Exec(requeueSQL(f), f.args(map[string]any{"now": s.clock.now()}))
 	if res.Error != nil {
 		return 0, wrapDB("outbox: requeue", res.Error)
 	}
@@ -86,8 +68,8 @@ func (s *Store) Requeue(ctx context.Context, f Filter, all bool) (int64, error) 
 // all): what Requeue or Discard with the same filter would move.
 func (s *Store) CountDead(ctx context.Context, f Filter) (int64, error) {
 	var n int64
-	q := f.apply(s.db.WithContext(ctx).Model(&Message{}).Where("status = ?", StatusDead))
-	if err := q.Count(&n).Error; err != nil {
+	query := countDeadSQL(f)
+	if err := s.db.WithContext(ctx).Raw(query, bind(query, f.args(nil))...).Scan(&n).Error; err != nil {
 		return 0, wrapDB("outbox: count dead", err)
 	}
 	return n, nil
@@ -104,32 +86,18 @@ func (s *Store) Discard(ctx context.Context, f Filter, all bool) (int64, error) 
 	}
 	// The deleted rows' aggregates come back (RETURNING), so the next held
 	// event of each is released in the same transaction.
-	var gone []Message
-	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		q := f.apply(tx.Clauses(clause.Returning{Columns: []clause.Column{
-			{Name: "tenant_id"}, {Name: "aggregate_type"}, {Name: "aggregate_id"}}}).Where("status = ?", StatusDead))
-		if err := q.Delete(&gone).Error; err != nil {
-			return err
-		}
-		keys := make([][3]string, len(gone))
-		for i, m := range gone {
-			keys[i] = [3]string{m.TenantID, m.AggregateType, m.AggregateID}
-		}
-		return promote(tx, keys)
-	})
+	n, err := s.leaveTx(ctx, discardSQL(f), f.args(nil))
 	if err != nil {
 		return 0, wrapDB("outbox: discard", err)
 	}
-	return int64(len(gone)), nil
+	return n, nil
 }
 
 // Get returns the row with id, or gorm.ErrRecordNotFound (wrapped).
 func (s *Store) Get(ctx context.Context, id string) (*Message, error) {
 	var m Message
-	if err := s.db.WithContext(ctx).Where("id = ?", id).Take(&m).Error; err != nil {
+	if err := s.db.WithContext(ctx).Raw(getSQL, map[string]any{"id": id}).Take(&m).Error; err != nil {
 		return nil, wrapDB("outbox: get", err)
 	}
 	return &m, nil
 }
-
-// traceInto returns md with the trace context of the span in ctx, unless md

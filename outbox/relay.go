@@ -210,16 +210,22 @@ func (s *Store) settle(ctx context.Context, op, query, worker string, ids []stri
 	if worker == "" {
 		return 0, fmt.Errorf("outbox: %s: %w: empty worker", op, ErrInvalidClaim)
 	}
-	var n int64
-	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		var err error
-		n, err = s.leave(tx, query, map[string]any{"now": s.clock.now(), "worker": worker, "ids": ids})
-		return err
-	})
+	n, err := s.leaveTx(ctx, query, map[string]any{"now": s.clock.now(), "worker": worker, "ids": ids})
 	if err != nil {
 		return 0, wrapDB("outbox: "+op, err)
 	}
 	return n, nil
+}
+
+// leaveTx runs leave in a transaction of its own.
+func (s *Store) leaveTx(ctx context.Context, query string, args map[string]any) (int64, error) {
+	var n int64
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var err error
+		n, err = s.leave(tx, query, args)
+		return err
+	})
+	return n, err
 }
 
 // leave runs query within tx — a statement that moves rows out of the
@@ -227,7 +233,7 @@ func (s *Store) settle(ctx context.Context, op, query, worker string, ids []stri
 // promotes the aggregates' next held rows, and returns how many rows query
 // changed.
 func (s *Store) leave(tx *gorm.DB, query string, args map[string]any) (int64, error) {
-	rows, err := tx.Raw(query, args).Rows()
+	rows, err := tx.Raw(query, bind(query, args)...).Rows()
 	if err != nil {
 		return 0, err
 	}

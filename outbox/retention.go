@@ -26,21 +26,12 @@ type PurgeOpts struct {
 // Errors: [ErrInvalidArgument] for a negative olderThan, the context's
 // error, [ErrClosed], or the database error.
 func (s *Store) PurgeSent(ctx context.Context, olderThan time.Duration, opts *PurgeOpts) (int64, error) {
-	if olderThan < 0 {
-		return 0, fmt.Errorf("outbox: purge sent: %w: negative age %v", ErrInvalidArgument, olderThan)
+	o, args, err := s.sentArgs("purge sent", olderThan, opts)
+	if err != nil {
+		return 0, err
 	}
-	if opts == nil {
-		opts = &PurgeOpts{}
-	}
-	query := purgeSentSQL
-	if opts.Tenant != "" {
-		query += " AND tenant_id = @tenant"
-	}
-	query += purgeSentTail
-	args := map[string]any{"before": s.clock.in(-olderThan), "tenant": opts.Tenant}
-	return purge.Batches(ctx, s.db, query, args, opts.BatchSize, func(err error) error {
-		return wrapDB("outbox: purge sent", err)
-	})
+	return purge.Batches(ctx, s.db, purgeSentSQL(o.Tenant != ""), args, o.BatchSize,
+		func(err error) error { return wrapDB("outbox: purge sent", err) })
 }
 
 // CountSent counts the sent rows published more than olderThan ago: what
@@ -49,20 +40,27 @@ func (s *Store) PurgeSent(ctx context.Context, olderThan time.Duration, opts *Pu
 // Errors: [ErrInvalidArgument] for a negative olderThan, [ErrClosed], or
 // the database error.
 func (s *Store) CountSent(ctx context.Context, olderThan time.Duration, opts *PurgeOpts) (int64, error) {
-	if olderThan < 0 {
-		return 0, fmt.Errorf("outbox: count sent: %w: negative age %v", ErrInvalidArgument, olderThan)
-	}
-	if opts == nil {
-		opts = &PurgeOpts{}
-	}
-	q := s.db.WithContext(ctx).Model(&Message{}).
-		Where("status = ? AND published_at < ?", StatusSent, s.clock.in(-olderThan))
-	if opts.Tenant != "" {
-		q = q.Where("tenant_id = ?", opts.Tenant)
+	o, args, err := s.sentArgs("count sent", olderThan, opts)
+	if err != nil {
+		return 0, err
 	}
 	var n int64
-	if err := q.Count(&n).Error; err != nil {
+	if err := s.db.WithContext(ctx).Raw(countSentSQL(o.Tenant != ""), args).Scan(&n).Error; err != nil {
 		return 0, wrapDB("outbox: count sent", err)
 	}
 	return n, nil
+}
+
+// sentArgs checks olderThan and returns opts (none for nil) and the bind
+// parameters of sentBefore: the rows PurgeSent deletes and CountSent
+// counts. op names the call in the error.
+func (s *Store) sentArgs(op string, olderThan time.Duration, opts *PurgeOpts) (PurgeOpts, map[string]any, error) {
+	if olderThan < 0 {
+		return PurgeOpts{}, nil, fmt.Errorf("outbox: %s: %w: negative age %v", op, ErrInvalidArgument, olderThan)
+	}
+	var o PurgeOpts
+	if opts != nil {
+		o = *opts
+	}
+	return o, map[string]any{"before": s.clock.in(-olderThan), "tenant": o.Tenant}, nil
 }

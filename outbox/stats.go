@@ -5,10 +5,6 @@ import (
 	"fmt"
 	"sort"
 	"time"
-
-	"gorm.io/gorm"
-
-	"github.com/bentoevents/bento/internal/dialect"
 )
 
 // Stats is a snapshot of the rows of the outbox that are not sent.
@@ -92,11 +88,8 @@ func (s *Store) Breakdown(ctx context.Context, opts *StatsOpts) ([]Group, error)
 		N        int64
 		Oldest   string
 	}
-	var args []any
-	if tenant != "" {
-		args = append(args, map[string]any{"tenant": tenant})
-	}
-	err := s.db.WithContext(ctx).Raw(breakdownSQL(s.dialect, tenant != ""), args...).Scan(&rows).Error
+	query := breakdownSQL(s.dialect, tenant != "")
+	err := s.db.WithContext(ctx).Raw(query, bind(query, map[string]any{"tenant": tenant})...).Scan(&rows).Error
 	if err != nil {
 		return nil, wrapDB("outbox: breakdown", err)
 	}
@@ -119,23 +112,6 @@ func (s *Store) Breakdown(ctx context.Context, opts *StatsOpts) ([]Group, error)
 		return rank(a.Status) < rank(b.Status)
 	})
 	return out, nil
-}
-
-// breakdownSQL is Breakdown's statement. Its status filter is the predicate
-// of the outbox_events_unsent index word for word, so that the planner may
-// read that index alone. min(created_at) comes back as text on SQLite, so
-// it is read as text on both and parsed.
-func breakdownSQL(d dialect.Dialect, byTenant bool) string {
-	oldest := "min(created_at)"
-	if d == dialect.Postgres {
-		oldest = `to_char(min(created_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`
-	}
-	where := "status IN ('new', 'publishing', 'failed', 'dead')"
-	if byTenant {
-		where += " AND tenant_id = @tenant"
-	}
-	return "SELECT tenant_id, topic, status, count(*) AS n, " + oldest + " AS oldest FROM outbox_events WHERE " +
-		where + " GROUP BY tenant_id, topic, status"
 }
 
 // rank orders statuses as Statuses lists them, unknown ones last.
@@ -189,17 +165,13 @@ func (s *Store) Activity(ctx context.Context, minutes int, opts *StatsOpts) ([]M
 	for i := range out {
 		out[i].Start = first.Add(time.Duration(i) * time.Minute)
 	}
-	count := func(column, status string, set func(*Minute, int64)) error {
-		bucket := "CAST(strftime('%s', " + column + ") AS INTEGER) / 60"
-		if s.dialect == dialect.Postgres {
-			bucket = "CAST(floor(extract(epoch FROM " + column + ") / 60) AS BIGINT)"
-		}
-		q := s.since(ctx, column, first, status, opts)
+	byTenant, args := sinceArgs(first, opts)
+	count := func(tl timeline, set func(*Minute, int64)) error {
 		var rows []struct {
 			Bucket int64
 			N      int64
 		}
-		if err := q.Select(bucket + " AS bucket, count(*) AS n").Group("bucket").Scan(&rows).Error; err != nil {
+		if err := s.db.WithContext(ctx).Raw(activitySQL(s.dialect, tl, byTenant), args).Scan(&rows).Error; err != nil {
 			return wrapDB("outbox: activity", err)
 		}
 		base := first.Unix() / 60
@@ -210,10 +182,10 @@ func (s *Store) Activity(ctx context.Context, minutes int, opts *StatsOpts) ([]M
 		}
 		return nil
 	}
-	if err := count("published_at", string(StatusSent), func(m *Minute, n int64) { m.Published = n }); err != nil {
+	if err := count(published, func(m *Minute, n int64) { m.Published = n }); err != nil {
 		return nil, err
 	}
-	if err := count("failed_at", "", func(m *Minute, n int64) { m.Failed = n }); err != nil {
+	if err := count(failed, func(m *Minute, n int64) { m.Failed = n }); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -237,13 +209,13 @@ func (s *Store) Recent(ctx context.Context, window time.Duration, opts *StatsOpt
 	}
 	since := s.cfg.Clock.Now().UTC().Add(-window)
 	byTenant := map[string]*Throughput{}
-	count := func(column, status string, set func(*Throughput, int64)) error {
-		q := s.since(ctx, column, since, status, opts)
+	oneTenant, args := sinceArgs(since, opts)
+	count := func(tl timeline, set func(*Throughput, int64)) error {
 		var rows []struct {
 			TenantID string
 			N        int64
 		}
-		if err := q.Select("tenant_id, count(*) AS n").Group("tenant_id").Scan(&rows).Error; err != nil {
+		if err := s.db.WithContext(ctx).Raw(recentSQL(tl, oneTenant), args).Scan(&rows).Error; err != nil {
 			return wrapDB("outbox: recent", err)
 		}
 		for _, r := range rows {
@@ -256,10 +228,10 @@ func (s *Store) Recent(ctx context.Context, window time.Duration, opts *StatsOpt
 		}
 		return nil
 	}
-	if err := count("published_at", string(StatusSent), func(t *Throughput, n int64) { t.Published = n }); err != nil {
+	if err := count(published, func(t *Throughput, n int64) { t.Published = n }); err != nil {
 		return nil, err
 	}
-	if err := count("failed_at", "", func(t *Throughput, n int64) { t.Failed = n }); err != nil {
+	if err := count(failed, func(t *Throughput, n int64) { t.Failed = n }); err != nil {
 		return nil, err
 	}
 	out := make([]Throughput, 0, len(byTenant))
@@ -270,15 +242,13 @@ func (s *Store) Recent(ctx context.Context, window time.Duration, opts *StatsOpt
 	return out, nil
 }
 
-// since selects the rows whose time column (published_at or failed_at) is
-// at or after t, of status when not empty, of opts.Tenant when set.
-func (s *Store) since(ctx context.Context, column string, t time.Time, status string, opts *StatsOpts) *gorm.DB {
-	q := s.db.WithContext(ctx).Model(&Message{}).Where(column+" >= ?", t)
-	if status != "" {
-		q = q.Where("status = ?", status)
-	}
+// sinceArgs are the bind parameters of activitySQL and recentSQL for the
+// rows from t on, and whether opts narrows them to one tenant.
+func sinceArgs(t time.Time, opts *StatsOpts) (byTenant bool, args map[string]any) {
+	args = map[string]any{"since": t}
 	if opts != nil && opts.Tenant != "" {
-		q = q.Where("tenant_id = ?", opts.Tenant)
+		args["tenant"] = opts.Tenant
+		return true, args
 	}
-	return q
+	return false, args
 }
