@@ -43,7 +43,7 @@ func (c dbClock) goNow() time.Time {
 // now is the database's current time.
 func (c dbClock) now() any {
 	if c.sql {
-		return gorm.Expr("now()")
+		return gorm.Expr(dbNowSQL)
 	}
 	return c.goNow()
 }
@@ -51,7 +51,7 @@ func (c dbClock) now() any {
 // in is the database's current time plus d (minus for a negative d).
 func (c dbClock) in(d time.Duration) any {
 	if c.sql {
-		return gorm.Expr("now() + make_interval(secs => ?)", d.Seconds())
+		return gorm.Expr(dbNowPlusSQL, d.Seconds())
 	}
 	return c.goNow().Add(d)
 }

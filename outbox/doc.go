@@ -21,6 +21,32 @@
 // Create the table with [Migrate], or take the SQL from [Migrations] for your
 // own migration tool.
 //
+// # Jobs
+//
+// [NewStore] builds a [Store] (store.go), which serves four jobs, each in
+// its own files:
+//
+//   - Writing (write.go), for units of work and manual mode: [Store.Add],
+//     [Store.Prepare] and [Store.Insert] validate events and insert them
+//     within the caller's transaction.
+//   - Relaying (relay.go, relays.go), for projectors: [Store.Claim] leases
+//     due rows; [Store.MarkSent], [Store.DeleteSent], [Store.MarkFailed] and
+//     [Store.Release] record outcomes, fenced by the worker's lease;
+//     [Store.SetRelayIdle], [Store.WritersOpen], [Store.RemoveRelay] and
+//     [Store.Relays] keep track of listening projectors so that writers
+//     notify only while one is idle.
+//   - Operating (ops.go, stats.go), for the CLI and the console: [Store.Get],
+//     [Store.ListDead], [Store.CountDead], [Store.Requeue] and
+//     [Store.Discard] inspect and settle dead events selected by a
+//     [Filter]; [Store.Stats], [Store.Breakdown], [Store.Activity] and
+//     [Store.Recent] report the backlog and the relay's recent work.
+//   - Retention (retention.go, partition.go): [Store.PurgeSent] and
+//     [Store.CountSent] for an unpartitioned table, [Maintain] for a
+//     partitioned one.
+//
+// Every SQL statement the package runs is in queries.go, one named constant
+// or builder per statement, with the index it relies on.
+//
 // # Retention
 //
 // [Store.PurgeSent] deletes old sent rows in short batches. On PostgreSQL the

@@ -3,183 +3,73 @@ package outbox
 import (
 	"context"
 	"errors"
-	"fmt"
-	"sort"
-	"time"
-
-	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
-
-	"github.com/bentoevents/bento/internal/dialect"
+	"maps"
 )
 
 // ErrInvalidArgument is returned by the operator calls for an argument out
 // of range, such as a negative age.
 var ErrInvalidArgument = errors.New("outbox: invalid argument")
 
-// Group is the number of rows of one tenant, topic and status, and the
-// created_at of the oldest of them. [Store.Breakdown] returns them; the CLI
-// and the console sum them by tenant and status or by topic and status.
-type Group struct {
-	Tenant string
-	Topic  string
-	Status Status
-	Count  int64
-	// Oldest is the created_at of the oldest row in the group (UTC).
-	Oldest time.Time
+// Filter selects rows for the operator calls. Empty fields match anything.
+type Filter struct {
+	// IDs restricts to these event ids.
+	IDs []string
+	// Tenant, Topic, AggregateType and AggregateID match exactly.
+	Tenant        string
+	Topic         string
+	AggregateType string
+	AggregateID   string
 }
 
-// Breakdown counts the rows that are not sent by tenant, topic and status,
-// with the created_at of the oldest of each, ordered by tenant, topic and
-// the state-machine order of UnsentStatuses. opts.Tenant narrows it to one
-// tenant. It is one statement, so one snapshot, and it reads only the index
-// of rows that are not sent: its cost follows the backlog and the dead rows,
-// never the number of sent rows.
-func (s *Store) Breakdown(ctx context.Context, opts *StatsOpts) ([]Group, error) {
-	tenant := ""
-	if opts != nil {
-		tenant = opts.Tenant
-	}
-	var rows []struct {
-		TenantID string
-		Topic    string
-		Status   Status
-		N        int64
-		Oldest   string
-	}
-	var args []any
-	if tenant != "" {
-		args = append(args, map[string]any{"tenant": tenant})
-	}
-	err := s.db.WithContext(ctx).Raw(breakdownSQL(s.dialect, tenant != ""), args...).Scan(&rows).Error
-	if err != nil {
-		return nil, wrapDB("outbox: breakdown", err)
-	}
-	out := make([]Group, 0, len(rows))
-	for _, r := range rows {
-		t, err := parseDBTime(r.Oldest)
-		if err != nil {
-			return nil, fmt.Errorf("outbox: breakdown: oldest of %s/%s/%s: %w", r.TenantID, r.Topic, r.Status, err)
-		}
-		out = append(out, Group{Tenant: r.TenantID, Topic: r.Topic, Status: r.Status, Count: r.N, Oldest: t})
-	}
-	sort.Slice(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		if a.Tenant != b.Tenant {
-			return a.Tenant < b.Tenant
-		}
-		if a.Topic != b.Topic {
-			return a.Topic < b.Topic
-		}
-		return rank(a.Status) < rank(b.Status)
-	})
-	return out, nil
+func (f Filter) empty() bool {
+	return len(f.IDs) == 0 && f.Tenant == "" && f.Topic == "" && f.AggregateType == "" && f.AggregateID == ""
 }
 
-// breakdownSQL is Breakdown's statement. Its status filter is the predicate
-// of the outbox_events_unsent index word for word, so that the planner may
-// read that index alone. min(created_at) comes back as text on SQLite, so
-// it is read as text on both and parsed.
-func breakdownSQL(d dialect.Dialect, byTenant bool) string {
-	oldest := "min(created_at)"
-	if d == dialect.Postgres {
-		oldest = `to_char(min(created_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`
-	}
-	where := "status IN ('new', 'publishing', 'failed', 'dead')"
-	if byTenant {
-		where += " AND tenant_id = @tenant"
-	}
-	return "SELECT tenant_id, topic, status, count(*) AS n, " + oldest + " AS oldest FROM outbox_events WHERE " +
-		where + " GROUP BY tenant_id, topic, status"
+// args are the bind parameters of deadWhere(f), plus extra.
+func (f Filter) args(extra map[string]any) map[string]any {
+	a := map[string]any{"ids": f.IDs, "tenant": f.Tenant, "topic": f.Topic,
+		"aggregate_type": f.AggregateType, "aggregate_id": f.AggregateID}
+	maps.Copy(a, extra)
+	return a
 }
 
-// rank orders statuses as Statuses lists them, unknown ones last.
-func rank(s Status) int {
-	if i := s.Index(); i >= 0 {
-		return i
+// ListDead returns up to limit dead rows matching f, oldest first, with their
+// last error.
+func (s *Store) ListDead(ctx context.Context, f Filter, limit int) ([]Message, error) {
+	if limit < 1 {
+		limit = 100
 	}
-	return len(Statuses)
+	var rows []Message
+	if err := s.db.WithContext(ctx).Raw(listDeadSQL(f), f.args(map[string]any{"limit": limit})).Scan(&rows).Error; err != nil {
+		return nil, wrapDB("outbox: list dead", err)
+	}
+	return rows, nil
 }
 
-// parseDBTime parses a timestamp as PostgreSQL's to_char above or the SQLite
-// driver writes it.
-func parseDBTime(s string) (time.Time, error) {
-	for _, layout := range []string{
-		time.RFC3339Nano,
-		"2006-01-02 15:04:05.999999999-07:00",
-		"2006-01-02 15:04:05.999999999",
-		"2006-01-02T15:04:05.999999999",
-	} {
-		if t, err := time.Parse(layout, s); err == nil {
-			return t.UTC(), nil
-		}
-	}
-	return time.Time{}, fmt.Errorf("unrecognised timestamp %q", s)
-}
+// ErrNoFilter is returned by Requeue when the filter is empty and all is
+// false, so a mistake cannot requeue every dead event.
+var ErrNoFilter = errors.New("outbox: filter required (or requeue all explicitly)")
 
-// Minute is one minute of relay activity.
-type Minute struct {
-	// Start is the first instant of the minute (UTC).
-	Start time.Time
-	// Published counts rows confirmed by the broker in the minute (rows
-	// still in the table: a projector that deletes sent rows, or a purge,
-	// removes them from this count).
-	Published int64
-	// Failed counts rows whose last failed attempt (or expired lease) fell
-	// in the minute; a row that failed several times counts once, at its
-	// latest failure.
-	Failed int64
-}
-
-// Activity returns one Minute per minute of the last `minutes` minutes up to
-// and including the current one, oldest first, with zero counts where
-// nothing happened. opts.Tenant narrows it to one tenant.
-func (s *Store) Activity(ctx context.Context, minutes int, opts *StatsOpts) ([]Minute, error) {
-	if minutes < 1 || minutes > 24*60 {
-		return nil, fmt.Errorf("outbox: activity: %w: %d minutes (want 1 to 1440)", ErrInvalidArgument, minutes)
+// Requeue moves dead rows matching f back to new with zero attempts, ready
+// at once; their last error is kept until the next attempt. An empty filter
+// requeues nothing unless all is true. It returns how many rows moved.
+func (s *Store) Requeue(ctx context.Context, f Filter, all bool) (int64, error) {
+	if f.empty() && !all {
+		return 0, ErrNoFilter
 	}
-	now := s.cfg.Clock.Now().UTC()
-	first := now.Truncate(time.Minute).Add(-time.Duration(minutes-1) * time.Minute)
-	out := make([]Minute, minutes)
-	for i := range out {
-		out[i].Start = first.Add(time.Duration(i) * time.Minute)
+	res := s.db.WithContext(ctx).Exec(requeueSQL(f), f.args(map[string]any{"now": s.clock.now()}))
+	if res.Error != nil {
+		return 0, wrapDB("outbox: requeue", res.Error)
 	}
-	count := func(column, status string, set func(*Minute, int64)) error {
-		bucket := "CAST(strftime('%s', " + column + ") AS INTEGER) / 60"
-		if s.dialect == dialect.Postgres {
-			bucket = "CAST(floor(extract(epoch FROM " + column + ") / 60) AS BIGINT)"
-		}
-		q := s.since(ctx, column, first, status, opts)
-		var rows []struct {
-			Bucket int64
-			N      int64
-		}
-		if err := q.Select(bucket + " AS bucket, count(*) AS n").Group("bucket").Scan(&rows).Error; err != nil {
-			return wrapDB("outbox: activity", err)
-		}
-		base := first.Unix() / 60
-		for _, r := range rows {
-			if i := r.Bucket - base; i >= 0 && i < int64(minutes) {
-				set(&out[i], r.N)
-			}
-		}
-		return nil
-	}
-	if err := count("published_at", string(StatusSent), func(m *Minute, n int64) { m.Published = n }); err != nil {
-		return nil, err
-	}
-	if err := count("failed_at", "", func(m *Minute, n int64) { m.Failed = n }); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return res.RowsAffected, nil
 }
 
 // CountDead counts the dead rows matching f (an empty filter counts them
 // all): what Requeue or Discard with the same filter would move.
 func (s *Store) CountDead(ctx context.Context, f Filter) (int64, error) {
 	var n int64
-	q := f.apply(s.db.WithContext(ctx).Model(&Message{}).Where("status = ?", StatusDead))
-	if err := q.Count(&n).Error; err != nil {
+	query := countDeadSQL(f)
+	if err := s.db.WithContext(ctx).Raw(query, bind(query, f.args(nil))...).Scan(&n).Error; err != nil {
 		return 0, wrapDB("outbox: count dead", err)
 	}
 	return n, nil
@@ -196,109 +86,18 @@ func (s *Store) Discard(ctx context.Context, f Filter, all bool) (int64, error) 
 	}
 	// The deleted rows' aggregates come back (RETURNING), so the next held
 	// event of each is released in the same transaction.
-	var gone []Message
-	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		q := f.apply(tx.Clauses(clause.Returning{Columns: []clause.Column{
-			{Name: "tenant_id"}, {Name: "aggregate_type"}, {Name: "aggregate_id"}}}).Where("status = ?", StatusDead))
-		if err := q.Delete(&gone).Error; err != nil {
-			return err
-		}
-		keys := make([][3]string, len(gone))
-		for i, m := range gone {
-			keys[i] = [3]string{m.TenantID, m.AggregateType, m.AggregateID}
-		}
-		return promote(tx, keys)
-	})
+	n, err := s.leaveTx(ctx, discardSQL(f), f.args(nil))
 	if err != nil {
 		return 0, wrapDB("outbox: discard", err)
-	}
-	return int64(len(gone)), nil
-}
-
-// CountSent counts the sent rows published more than olderThan ago: what
-// PurgeSent with the same arguments would delete (a dry run).
-//
-// Errors: [ErrInvalidArgument] for a negative olderThan, [ErrClosed], or
-// the database error.
-func (s *Store) CountSent(ctx context.Context, olderThan time.Duration, opts *PurgeOpts) (int64, error) {
-	if olderThan < 0 {
-		return 0, fmt.Errorf("outbox: count sent: %w: negative age %v", ErrInvalidArgument, olderThan)
-	}
-	if opts == nil {
-		opts = &PurgeOpts{}
-	}
-	q := s.db.WithContext(ctx).Model(&Message{}).
-		Where("status = ? AND published_at < ?", StatusSent, s.clock.in(-olderThan))
-	if opts.Tenant != "" {
-		q = q.Where("tenant_id = ?", opts.Tenant)
-	}
-	var n int64
-	if err := q.Count(&n).Error; err != nil {
-		return 0, wrapDB("outbox: count sent", err)
 	}
 	return n, nil
 }
 
-// Throughput is what the relay did for one tenant in a recent window.
-type Throughput struct {
-	Tenant string
-	// Published counts rows confirmed in the window (still in the table).
-	Published int64
-	// Failed counts rows whose last failure fell in the window.
-	Failed int64
-}
-
-// Recent returns, per tenant with activity, the rows published and failed
-// in the last window (up to now), ordered by tenant. opts.Tenant narrows it
-// to one tenant.
-func (s *Store) Recent(ctx context.Context, window time.Duration, opts *StatsOpts) ([]Throughput, error) {
-	if window <= 0 {
-		return nil, fmt.Errorf("outbox: recent: %w: window %v", ErrInvalidArgument, window)
+// Get returns the row with id, or gorm.ErrRecordNotFound (wrapped).
+func (s *Store) Get(ctx context.Context, id string) (*Message, error) {
+	var m Message
+	if err := s.db.WithContext(ctx).Raw(getSQL, map[string]any{"id": id}).Take(&m).Error; err != nil {
+		return nil, wrapDB("outbox: get", err)
 	}
-	since := s.cfg.Clock.Now().UTC().Add(-window)
-	byTenant := map[string]*Throughput{}
-	count := func(column, status string, set func(*Throughput, int64)) error {
-		q := s.since(ctx, column, since, status, opts)
-		var rows []struct {
-			TenantID string
-			N        int64
-		}
-		if err := q.Select("tenant_id, count(*) AS n").Group("tenant_id").Scan(&rows).Error; err != nil {
-			return wrapDB("outbox: recent", err)
-		}
-		for _, r := range rows {
-			t := byTenant[r.TenantID]
-			if t == nil {
-				t = &Throughput{Tenant: r.TenantID}
-				byTenant[r.TenantID] = t
-			}
-			set(t, r.N)
-		}
-		return nil
-	}
-	if err := count("published_at", string(StatusSent), func(t *Throughput, n int64) { t.Published = n }); err != nil {
-		return nil, err
-	}
-	if err := count("failed_at", "", func(t *Throughput, n int64) { t.Failed = n }); err != nil {
-		return nil, err
-	}
-	out := make([]Throughput, 0, len(byTenant))
-	for _, t := range byTenant {
-		out = append(out, *t)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Tenant < out[j].Tenant })
-	return out, nil
-}
-
-// since selects the rows whose time column (published_at or failed_at) is
-// at or after t, of status when not empty, of opts.Tenant when set.
-func (s *Store) since(ctx context.Context, column string, t time.Time, status string, opts *StatsOpts) *gorm.DB {
-	q := s.db.WithContext(ctx).Model(&Message{}).Where(column+" >= ?", t)
-	if status != "" {
-		q = q.Where("status = ?", status)
-	}
-	if opts != nil && opts.Tenant != "" {
-		q = q.Where("tenant_id = ?", opts.Tenant)
-	}
-	return q
+	return &m, nil
 }

@@ -145,6 +145,29 @@ func TestDiscardDeletesOnlyMatchingDeadRows(t *testing.T) {
 	})
 }
 
+func TestDiscardAllDeletesEveryDeadRow(t *testing.T) {
+	t.Parallel()
+	testenv.ForEachBackend(t, func(t *testing.T, _ testenv.Backend, db *gorm.DB) {
+		e := setup(t, db, nil)
+		ctx := context.Background()
+		rows := opsFixture(t, e)
+
+		dead, err := e.store.ListDead(ctx, outbox.Filter{}, 0)
+		require.NoError(t, err)
+		require.Len(t, dead, 1)
+		assert.Equal(t, rows["b"].ID, dead[0].ID)
+
+		// An empty filter with all: a statement without a bind parameter.
+		n, err := e.store.Discard(ctx, outbox.Filter{}, true)
+		require.NoError(t, err)
+		assert.Equal(t, int64(1), n)
+		n, err = e.store.CountDead(ctx, outbox.Filter{})
+		require.NoError(t, err)
+		assert.Zero(t, n)
+		assert.Equal(t, int64(4), countRows(t, db, ""), "only the dead row is gone")
+	})
+}
+
 func TestCountSentMatchesPurge(t *testing.T) {
 	t.Parallel()
 	testenv.ForEachBackend(t, func(t *testing.T, _ testenv.Backend, db *gorm.DB) {

@@ -20,15 +20,10 @@ const DefaultRetention = 7 * 24 * time.Hour
 
 // table describes partitioned outbox_events to the maintenance engine.
 var table = ipartition.Table{
-	Name:  "outbox_events",
-	Bound: func(t time.Time) string { return "'" + t.UTC().Format("2006-01-02 15:04:05") + "+00'" },
-	Pending: func(p string) string {
-		// One EXISTS per partial index.
-		return `SELECT EXISTS (SELECT 1 FROM ` + p + ` WHERE status IN ('new', 'publishing', 'failed') AND NOT held)
-		    OR EXISTS (SELECT 1 FROM ` + p + ` WHERE held)
-		    OR EXISTS (SELECT 1 FROM ` + p + ` WHERE status = 'dead')`
-	},
-	Seal:      "status = 'sent'",
+	Name:      "outbox_events",
+	Bound:     partitionBound,
+	Pending:   partitionPendingSQL,
+	Seal:      sealedCheck,
 	AfterDrop: freeKeys,
 	Retention: DefaultRetention,
 }
@@ -104,7 +99,7 @@ func (s *Store) isPartitioned(ctx context.Context, tx *gorm.DB) (bool, error) {
 		return true, nil
 	}
 	var kind *string
-	if err := tx.WithContext(ctx).Raw("SELECT relkind::text FROM pg_class WHERE oid = to_regclass('outbox_events')").
+	if err := tx.WithContext(ctx).Raw(tableKindSQL).
 		Scan(&kind).Error; err != nil {
 		return false, wrapDB("outbox: read table kind", err)
 	}

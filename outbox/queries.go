@@ -3,12 +3,35 @@ package outbox
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/bentoevents/bento/internal/dialect"
 )
 
-// The SQL that matters, in one place. Only constant fragments are joined;
-// every value is a bind parameter.
+// Every SQL statement of the package, in one place: one named constant or
+// builder per statement, each saying what it does and which index it
+// reads. Only constant fragments are joined; every value is a bind
+// parameter. No other non-test file of the package holds SQL text
+// (TestSQLOnlyInQueriesFile): no string literal with SELECT, UPDATE,
+// DELETE or INSERT, and no Raw, Exec, Where or other GORM call that takes
+// SQL with a literal.
+//
+// In order: the claim (relay.go), the insert (write.go), the outcomes a
+// projector records (relay.go), partition maintenance (partition.go), the
+// dead-event calls (ops.go), retention (retention.go), the figures
+// (stats.go), relay registration (relays.go) and the table's kind and
+// clock (partition.go, clock.go).
+
+// bind returns args as GORM's Raw and Exec take them for query. GORM reads
+// a map as named parameters only in a statement that contains '@', and as
+// one positional value otherwise, so a statement without parameters (a
+// filter with no field set) gets none.
+func bind(query string, args map[string]any) []any {
+	if !strings.Contains(query, "@") {
+		return nil
+	}
+	return []any{args}
+}
 
 // dueWhere selects the rows a projector may look at: due (new, failed, or
 // publishing under an expired lease) by the database's clock, and not held
@@ -303,30 +326,30 @@ RETURNING tenant_id, aggregate_type, aggregate_id`
 // record it, so a projector whose lease was taken over changes nothing.
 const ownedByWorker = `status = 'publishing' AND locked_by = @worker`
 
+// markSentSQL records the broker's confirmation of @worker's rows @ids
+// (primary key) and returns their aggregates, for promoteSQL.
 const markSentSQL = `UPDATE outbox_events
 SET status = 'sent', published_at = @now, available_at = @now,
     locked_by = NULL, locked_until = NULL, last_error = NULL
 WHERE id IN @ids AND ` + ownedByWorker + aggregateReturning
 
+// deleteSentSQL is markSentSQL for projectors that delete rows once
+// published.
 const deleteSentSQL = `DELETE FROM outbox_events WHERE id IN @ids AND ` + ownedByWorker + aggregateReturning
 
+// markFailedSQL records a failed attempt of @worker's row @id (primary
+// key): failed and due again at @retry_at, or dead (@status).
 const markFailedSQL = `UPDATE outbox_events
 SET status = @status, attempts = attempts + 1, available_at = @retry_at,
     last_error = @error, failed_at = @now, locked_by = NULL, locked_until = NULL
 WHERE id = @id AND ` + ownedByWorker
 
+// releaseSQL hands @worker's rows @ids (primary key) back, due at once,
+// with their attempts unchanged.
 const releaseSQL = `UPDATE outbox_events
 SET status = CASE WHEN attempts > 0 THEN 'failed' ELSE 'new' END,
     available_at = @now, locked_by = NULL, locked_until = NULL
 WHERE id IN @ids AND ` + ownedByWorker
-
-// purgeSentSQL deletes one batch of sent rows published before @before.
-const purgeSentSQL = `DELETE FROM outbox_events WHERE id IN (
-  SELECT id FROM outbox_events
-  WHERE status = 'sent' AND published_at < @before`
-
-const purgeSentTail = `
-  ORDER BY published_at LIMIT @limit)`
 
 // freeDedupKeysSQL deletes one batch of the dedup keys a partitioned table
 // reserved for events created before @end whose rows are gone (their
@@ -346,3 +369,189 @@ WHERE (tenant_id, aggregate_type, aggregate_id, aggregate_version) IN (
   WHERE v.created_at < @end
     AND NOT EXISTS (SELECT 1 FROM outbox_events e WHERE e.id = v.event_id AND e.created_at = v.created_at)
   LIMIT @limit)`
+
+// The dead events an operator selects with a Filter. Every statement below
+// starts from deadWhere, so listing, counting, requeueing and discarding
+// with one filter touch the same rows.
+
+// deadWhere selects the dead rows a Filter matches: the status condition is
+// the predicate of the outbox_events_dead index, and each field of the
+// filter that is set adds its bind parameter (see Filter.args).
+func deadWhere(f Filter) string {
+	w := "status = 'dead'"
+	if len(f.IDs) > 0 {
+		w += " AND id IN @ids"
+	}
+	if f.Tenant != "" {
+		w += " AND tenant_id = @tenant"
+	}
+	if f.Topic != "" {
+		w += " AND topic = @topic"
+	}
+	if f.AggregateType != "" {
+		w += " AND aggregate_type = @aggregate_type"
+	}
+	if f.AggregateID != "" {
+		w += " AND aggregate_id = @aggregate_id"
+	}
+	return w
+}
+
+// listDeadSQL returns up to @limit dead rows matching f in id order, the
+// order of the outbox_events_dead index.
+func listDeadSQL(f Filter) string {
+	return "SELECT * FROM outbox_events WHERE " + deadWhere(f) + " ORDER BY id LIMIT @limit"
+}
+
+// countDeadSQL counts the dead rows matching f (outbox_events_dead).
+func countDeadSQL(f Filter) string {
+	return "SELECT count(*) FROM outbox_events WHERE " + deadWhere(f)
+}
+
+// requeueSet sets a row back to new: no attempts, due at once (@now), no
+// lease. Its last error stays until the next attempt.
+const requeueSet = `status = 'new', attempts = 0, available_at = @now, locked_by = NULL, locked_until = NULL`
+
+// requeueSQL sets the dead rows matching f back to new (outbox_events_dead).
+func requeueSQL(f Filter) string {
+	return "UPDATE outbox_events SET " + requeueSet + " WHERE " + deadWhere(f)
+}
+
+// discardSQL deletes the dead rows matching f (outbox_events_dead) and
+// returns their aggregates, for promoteSQL.
+func discardSQL(f Filter) string {
+	return "DELETE FROM outbox_events WHERE " + deadWhere(f) + aggregateReturning
+}
+
+// getSQL reads one row by its primary key.
+const getSQL = `SELECT * FROM outbox_events WHERE id = @id`
+
+// sentBefore selects the sent rows published before @before, of @tenant
+// when byTenant: the outbox_events_sent index's predicate and column.
+// PurgeSent deletes and CountSent counts exactly these rows.
+func sentBefore(byTenant bool) string {
+	w := "status = 'sent' AND published_at < @before"
+	if byTenant {
+		w += " AND tenant_id = @tenant"
+	}
+	return w
+}
+
+// purgeSentSQL deletes one batch of @limit rows of sentBefore, oldest
+// first along outbox_events_sent.
+func purgeSentSQL(byTenant bool) string {
+	return `DELETE FROM outbox_events WHERE id IN (
+  SELECT id FROM outbox_events
+  WHERE ` + sentBefore(byTenant) + `
+  ORDER BY published_at LIMIT @limit)`
+}
+
+// countSentSQL counts the rows purgeSentSQL would delete
+// (outbox_events_sent).
+func countSentSQL(byTenant bool) string {
+	return "SELECT count(*) FROM outbox_events WHERE " + sentBefore(byTenant)
+}
+
+// breakdownSQL is Breakdown's statement. Its status filter is the predicate
+// of the outbox_events_unsent index word for word, so that the planner may
+// read that index alone. min(created_at) comes back as text on SQLite, so
+// it is read as text on both and parsed.
+func breakdownSQL(d dialect.Dialect, byTenant bool) string {
+	oldest := "min(created_at)"
+	if d == dialect.Postgres {
+		oldest = `to_char(min(created_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`
+	}
+	where := "status IN ('new', 'publishing', 'failed', 'dead')"
+	if byTenant {
+		where += " AND tenant_id = @tenant"
+	}
+	return "SELECT tenant_id, topic, status, count(*) AS n, " + oldest + " AS oldest FROM outbox_events WHERE " +
+		where + " GROUP BY tenant_id, topic, status"
+}
+
+// timeline is a time column the activity figures count rows by, with the
+// condition that selects the rows whose time is at or after @since.
+type timeline struct{ column, where string }
+
+var (
+	// published selects the rows sent from @since on: the outbox_events_sent
+	// index's predicate and column.
+	published = timeline{"published_at", "status = 'sent' AND published_at >= @since"}
+	// failed selects the rows whose last failure fell at or after @since
+	// (outbox_events_failed_at, which holds only rows that failed).
+	failed = timeline{"failed_at", "failed_at >= @since"}
+)
+
+// sinceWhere is tl's condition, for @tenant's rows alone when byTenant.
+func sinceWhere(tl timeline, byTenant bool) string {
+	if byTenant {
+		return tl.where + " AND tenant_id = @tenant"
+	}
+	return tl.where
+}
+
+// activitySQL counts tl's rows per minute (Unix seconds / 60) of tl's
+// column.
+func activitySQL(d dialect.Dialect, tl timeline, byTenant bool) string {
+	bucket := "CAST(strftime('%s', " + tl.column + ") AS INTEGER) / 60"
+	if d == dialect.Postgres {
+		bucket = "CAST(floor(extract(epoch FROM " + tl.column + ") / 60) AS BIGINT)"
+	}
+	return "SELECT " + bucket + " AS bucket, count(*) AS n FROM outbox_events WHERE " +
+		sinceWhere(tl, byTenant) + " GROUP BY bucket"
+}
+
+// recentSQL counts tl's rows per tenant.
+func recentSQL(tl timeline, byTenant bool) string {
+	return "SELECT tenant_id, count(*) AS n FROM outbox_events WHERE " + sinceWhere(tl, byTenant) + " GROUP BY tenant_id"
+}
+
+// Relay registration (bento_outbox_relays, PostgreSQL only). The table has
+// a row per listening projector, keyed by worker_id.
+
+// setRelayIdleSQL records whether @worker is idle, creating its row on first
+// use.
+const setRelayIdleSQL = `INSERT INTO bento_outbox_relays (worker_id, idle, changed_at)
+VALUES (@worker, @idle, now())
+ON CONFLICT (worker_id) DO UPDATE SET idle = EXCLUDED.idle, changed_at = EXCLUDED.changed_at`
+
+// removeRelaySQL deletes @worker's row (primary key).
+const removeRelaySQL = `DELETE FROM bento_outbox_relays WHERE worker_id = @worker`
+
+// relaysSQL lists the registered projectors in primary key order.
+const relaysSQL = `SELECT worker_id, idle, changed_at FROM bento_outbox_relays ORDER BY worker_id`
+
+// writersOpenSQL tries the key the outbox trigger holds shared from before
+// it reads bento_outbox_relays until its transaction ends. Run on its own,
+// the statement is its own transaction, so a key it gets is released as it
+// returns; it never waits, so no writer ever queues behind it.
+const writersOpenSQL = `SELECT NOT pg_try_advisory_xact_lock(hashtext(n.nspname || '.bento_outbox_relays'))
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.oid = 'outbox_events'::regclass`
+
+// tableKindSQL reads outbox_events' kind from the catalog: 'p' when it is
+// partitioned, NULL when it does not exist.
+const tableKindSQL = `SELECT relkind::text FROM pg_class WHERE oid = to_regclass('outbox_events')`
+
+// sealedCheck is the CHECK constraint that seals a partition whose rows are
+// all sent, so claims skip it.
+const sealedCheck = `status = 'sent'`
+
+// partitionBound is t as a partition bound literal (UTC).
+func partitionBound(t time.Time) string { return "'" + t.UTC().Format("2006-01-02 15:04:05") + "+00'" }
+
+// partitionPendingSQL reports whether partition p still holds a row that
+// is not sent: one EXISTS per partial index (outbox_events_due,
+// outbox_events_held, outbox_events_dead), so each reads only its index.
+func partitionPendingSQL(p string) string {
+	return `SELECT EXISTS (SELECT 1 FROM ` + p + ` WHERE status IN ('new', 'publishing', 'failed') AND NOT held)
+		    OR EXISTS (SELECT 1 FROM ` + p + ` WHERE held)
+		    OR EXISTS (SELECT 1 FROM ` + p + ` WHERE status = 'dead')`
+}
+
+// dbNowSQL is the database's current time on PostgreSQL (dbClock).
+const dbNowSQL = `now()`
+
+// dbNowPlusSQL is the database's current time plus ? seconds on PostgreSQL
+// (dbClock).
+const dbNowPlusSQL = `now() + make_interval(secs => ?)`

@@ -13,7 +13,6 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/internal/dialect"
-	"github.com/bentoevents/bento/internal/purge"
 )
 
 // ErrInvalidClaim is returned for a claim or outcome with a missing worker,
@@ -211,16 +210,22 @@ func (s *Store) settle(ctx context.Context, op, query, worker string, ids []stri
 	if worker == "" {
 		return 0, fmt.Errorf("outbox: %s: %w: empty worker", op, ErrInvalidClaim)
 	}
-	var n int64
-	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		var err error
-		n, err = s.leave(tx, query, map[string]any{"now": s.clock.now(), "worker": worker, "ids": ids})
-		return err
-	})
+	n, err := s.leaveTx(ctx, query, map[string]any{"now": s.clock.now(), "worker": worker, "ids": ids})
 	if err != nil {
 		return 0, wrapDB("outbox: "+op, err)
 	}
 	return n, nil
+}
+
+// leaveTx runs leave in a transaction of its own.
+func (s *Store) leaveTx(ctx context.Context, query string, args map[string]any) (int64, error) {
+	var n int64
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var err error
+		n, err = s.leave(tx, query, args)
+		return err
+	})
+	return n, err
 }
 
 // leave runs query within tx — a statement that moves rows out of the
@@ -228,7 +233,7 @@ func (s *Store) settle(ctx context.Context, op, query, worker string, ids []stri
 // promotes the aggregates' next held rows, and returns how many rows query
 // changed.
 func (s *Store) leave(tx *gorm.DB, query string, args map[string]any) (int64, error) {
-	rows, err := tx.Raw(query, args).Rows()
+	rows, err := tx.Raw(query, bind(query, args)...).Rows()
 	if err != nil {
 		return 0, err
 	}
@@ -319,109 +324,4 @@ func TruncateError(msg string) string {
 	}
 	r := []rune(msg)
 	return string(r[:MaxLastErrorLen-3]) + "..."
-}
-
-// Filter selects rows for the operator calls. Empty fields match anything.
-type Filter struct {
-	// IDs restricts to these event ids.
-	IDs []string
-	// Tenant, Topic, AggregateType and AggregateID match exactly.
-	Tenant        string
-	Topic         string
-	AggregateType string
-	AggregateID   string
-}
-
-func (f Filter) empty() bool {
-	return len(f.IDs) == 0 && f.Tenant == "" && f.Topic == "" && f.AggregateType == "" && f.AggregateID == ""
-}
-
-func (f Filter) apply(q *gorm.DB) *gorm.DB {
-	if len(f.IDs) > 0 {
-		q = q.Where("id IN ?", f.IDs)
-	}
-	if f.Tenant != "" {
-		q = q.Where("tenant_id = ?", f.Tenant)
-	}
-	if f.Topic != "" {
-		q = q.Where("topic = ?", f.Topic)
-	}
-	if f.AggregateType != "" {
-		q = q.Where("aggregate_type = ?", f.AggregateType)
-	}
-	if f.AggregateID != "" {
-		q = q.Where("aggregate_id = ?", f.AggregateID)
-	}
-	return q
-}
-
-// ListDead returns up to limit dead rows matching f, oldest first, with their
-// last error.
-func (s *Store) ListDead(ctx context.Context, f Filter, limit int) ([]Message, error) {
-	if limit < 1 {
-		limit = 100
-	}
-	var rows []Message
-	q := f.apply(s.db.WithContext(ctx).Where("status = ?", StatusDead))
-	if err := q.Order("id").Limit(limit).Find(&rows).Error; err != nil {
-		return nil, wrapDB("outbox: list dead", err)
-	}
-	return rows, nil
-}
-
-// ErrNoFilter is returned by Requeue when the filter is empty and all is
-// false, so a mistake cannot requeue every dead event.
-var ErrNoFilter = errors.New("outbox: filter required (or requeue all explicitly)")
-
-// Requeue moves dead rows matching f back to new with zero attempts, ready
-// at once; their last error is kept until the next attempt. An empty filter
-// requeues nothing unless all is true. It returns how many rows moved.
-func (s *Store) Requeue(ctx context.Context, f Filter, all bool) (int64, error) {
-	if f.empty() && !all {
-		return 0, ErrNoFilter
-	}
-	q := f.apply(s.db.WithContext(ctx).Model(&Message{}).Where("status = ?", StatusDead))
-	res := q.Updates(map[string]any{
-		"status": StatusNew, "attempts": 0, "available_at": s.clock.now(),
-		"locked_by": nil, "locked_until": nil,
-	})
-	if res.Error != nil {
-		return 0, wrapDB("outbox: requeue", res.Error)
-	}
-	return res.RowsAffected, nil
-}
-
-// PurgeOpts narrow PurgeSent and CountSent. A nil *PurgeOpts means all
-// tenants and batches of 1,000.
-type PurgeOpts struct {
-	// Tenant restricts the purge to one tenant.
-	Tenant string
-	// BatchSize is how many rows one DELETE removes; each batch is its own
-	// short statement, so a purge never holds locks the relay needs for
-	// long. CountSent ignores it. Defaults to 1,000.
-	BatchSize int
-}
-
-// PurgeSent deletes sent rows published more than olderThan ago (by the
-// Store's clock), batch by batch, and returns how many it deleted. It stops
-// early, returning what it deleted so far, when ctx is done.
-//
-// Errors: [ErrInvalidArgument] for a negative olderThan, the context's
-// error, [ErrClosed], or the database error.
-func (s *Store) PurgeSent(ctx context.Context, olderThan time.Duration, opts *PurgeOpts) (int64, error) {
-	if olderThan < 0 {
-		return 0, fmt.Errorf("outbox: purge sent: %w: negative age %v", ErrInvalidArgument, olderThan)
-	}
-	if opts == nil {
-		opts = &PurgeOpts{}
-	}
-	query := purgeSentSQL
-	if opts.Tenant != "" {
-		query += " AND tenant_id = @tenant"
-	}
-	query += purgeSentTail
-	args := map[string]any{"before": s.clock.in(-olderThan), "tenant": opts.Tenant}
-	return purge.Batches(ctx, s.db, query, args, opts.BatchSize, func(err error) error {
-		return wrapDB("outbox: purge sent", err)
-	})
 }

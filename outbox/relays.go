@@ -32,22 +32,12 @@ func (s *Store) SetRelayIdle(ctx context.Context, worker string, idle bool) erro
 	if worker == "" {
 		return fmt.Errorf("outbox: set relay idle: %w: empty worker", ErrInvalidClaim)
 	}
-	err := s.db.WithContext(ctx).Exec(`INSERT INTO bento_outbox_relays (worker_id, idle, changed_at)
-VALUES (?, ?, now())
-ON CONFLICT (worker_id) DO UPDATE SET idle = EXCLUDED.idle, changed_at = EXCLUDED.changed_at`, worker, idle).Error
+	err := s.db.WithContext(ctx).Exec(setRelayIdleSQL, map[string]any{"worker": worker, "idle": idle}).Error
 	if err != nil {
 		return wrapDB("outbox: set relay idle", err)
 	}
 	return nil
 }
-
-// writersOpenSQL tries the key the outbox trigger holds shared from before
-// it reads bento_outbox_relays until its transaction ends. Run on its own,
-// the statement is its own transaction, so a key it gets is released as it
-// returns; it never waits, so no writer ever queues behind it.
-const writersOpenSQL = `SELECT NOT pg_try_advisory_xact_lock(hashtext(n.nspname || '.bento_outbox_relays'))
-FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE c.oid = 'outbox_events'::regclass`
 
 // WritersOpen reports whether some transaction that inserted outbox rows
 // (of the store's schema) is still open. It does not wait, and it never
@@ -80,7 +70,7 @@ func (s *Store) RemoveRelay(ctx context.Context, worker string) error {
 	if s.dialect != dialect.Postgres {
 		return nil
 	}
-	if err := s.db.WithContext(ctx).Exec(`DELETE FROM bento_outbox_relays WHERE worker_id = ?`, worker).Error; err != nil {
+	if err := s.db.WithContext(ctx).Exec(removeRelaySQL, map[string]any{"worker": worker}).Error; err != nil {
 		return wrapDB("outbox: remove relay", err)
 	}
 	return nil
@@ -104,7 +94,7 @@ func (s *Store) Relays(ctx context.Context) ([]Relay, error) {
 		return nil, nil
 	}
 	var rows []Relay
-	err := s.db.WithContext(ctx).Raw(`SELECT worker_id, idle, changed_at FROM bento_outbox_relays ORDER BY worker_id`).
+	err := s.db.WithContext(ctx).Raw(relaysSQL).
 		Scan(&rows).Error
 	if err != nil {
 		return nil, wrapDB("outbox: relays", err)
