@@ -214,7 +214,7 @@ func (b *consumeBed) fill(ctx context.Context, cfg *rabbitmq.Config, group strin
 
 // publishAll publishes every message with confirms.
 func (b *consumeBed) publishAll(ctx context.Context, cfg *rabbitmq.Config) error {
-	pub, err := rabbitmq.NewConfirmPublisher(cfg)
+	pub, err := rabbitmq.NewConfirmPublisher(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -344,7 +344,7 @@ func runConsume(ctx context.Context, b *consumeBed, handler, mode string, n int)
 		}
 		runs = append(runs, cons.Run)
 	case "plain":
-		run, err := plainConsumer(cfg, db, group, n, b.e, fn)
+		run, err := plainConsumer(ctx, cfg, db, group, n, b.e, fn)
 		if err != nil {
 			return r, err
 		}
@@ -518,7 +518,7 @@ func (b *consumeBed) check(ctx context.Context, handler, mode, group string, wan
 // inbox consumer's decoding, retry and recoverer, without the inbox (and
 // without the dead-letter middleware, which costs nothing until a message
 // fails).
-func plainConsumer(cfg *rabbitmq.Config, db *gorm.DB, group string, n int, e *env,
+func plainConsumer(ctx context.Context, cfg *rabbitmq.Config, db *gorm.DB, group string, n int, e *env,
 	fn consumer.HandlerFunc[Deposited]) (func(context.Context) error, error) {
 	dispatch, err := decodeDispatch(db, fn)
 	if err != nil {
@@ -534,7 +534,7 @@ func plainConsumer(cfg *rabbitmq.Config, db *gorm.DB, group string, n int, e *en
 	router.AddMiddleware(retry.Middleware, middleware.Recoverer)
 	var subs []*rabbitmq.Subscriber
 	for i := range n {
-		sub, err := rabbitmq.NewSubscriber(cfg, group, topic)
+		sub, err := rabbitmq.NewSubscriber(ctx, cfg, group, topic)
 		if err != nil {
 			for _, s := range subs {
 				_ = s.Close()

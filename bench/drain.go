@@ -20,7 +20,7 @@ import (
 type publisher struct {
 	Name  string // key in the results, e.g. "watermill"
 	Label string // what tables and the chart call it
-	Open  func(*rabbitmq.Config) (message.Publisher, error)
+	Open  func(context.Context, *rabbitmq.Config) (message.Publisher, error)
 }
 
 // publishers are the publishers the drain runs bento's projector with, each
@@ -31,9 +31,9 @@ var publishers = []publisher{
 }
 
 // opener adapts a publisher constructor to publisher.Open.
-func opener[P message.Publisher](newP func(*rabbitmq.Config) (P, error)) func(*rabbitmq.Config) (message.Publisher, error) {
-	return func(c *rabbitmq.Config) (message.Publisher, error) {
-		p, err := newP(c)
+func opener[P message.Publisher](newP func(context.Context, *rabbitmq.Config) (P, error)) func(context.Context, *rabbitmq.Config) (message.Publisher, error) {
+	return func(ctx context.Context, c *rabbitmq.Config) (message.Publisher, error) {
+		p, err := newP(ctx, c)
 		if err != nil {
 			return nil, err
 		}
@@ -221,7 +221,7 @@ func runBento(ctx context.Context, e *env, b *backlog, p publisher, n int) (drai
 		if err != nil {
 			return drainRun{}, err
 		}
-		pub, err := p.Open(cfg)
+		pub, err := p.Open(ctx, cfg)
 		if err != nil {
 			return drainRun{}, fmt.Errorf("open %s: %w", p.Name, err)
 		}

@@ -387,7 +387,7 @@ func startBentoRelay(ctx context.Context, b *steadyBed, cfg *rabbitmq.Config) (*
 		closeGorm(r.db)
 		return nil, err
 	}
-	if r.pub, err = rabbitmq.NewConfirmPublisher(cfg); err != nil {
+	if r.pub, err = rabbitmq.NewConfirmPublisher(ctx, cfg); err != nil {
 		closeGorm(r.db)
 		return nil, err
 	}

@@ -488,7 +488,7 @@ func TestUnroutablePageListsAndReplays(t *testing.T) {
 	t.Parallel()
 	ex := testenv.NewExchange(t)
 	amqpCfg := &rabbitmq.Config{URL: ex.URL, Exchange: ex.Name}
-	pub, err := rabbitmq.NewPublisher(amqpCfg)
+	pub, err := rabbitmq.NewPublisher(t.Context(), amqpCfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
 	m := message.NewMessage("late-1", []byte(`{}`))

@@ -72,7 +72,7 @@ func partitionedRun(b *testing.B, queue rabbitmq.QueueType, instances, concurren
 	spec := consumer.PartitionSpec(ex.Name, &consumer.Config{Group: group, Partitions: partitions, QueueType: queue})
 	spec.Patterns = []string{Step{}.EventType()}
 	require.NoError(b, rabbitmq.DeclarePartitions(ctx, amqpCfg, spec))
-	pub, err := rabbitmq.NewConfirmPublisher(amqpCfg)
+	pub, err := rabbitmq.NewConfirmPublisher(ctx, amqpCfg)
 	require.NoError(b, err)
 	defer pub.Close()
 	for v := range messages / 400 { // a batch per version: pipelined confirms
@@ -194,7 +194,7 @@ func latencyRun(b *testing.B, rate, size int, wait time.Duration) []time.Duratio
 		<-done
 	}()
 	<-c.Running()
-	pub, err := rabbitmq.NewPublisher(amqpCfg)
+	pub, err := rabbitmq.NewPublisher(b.Context(), amqpCfg)
 	require.NoError(b, err)
 	defer pub.Close()
 	b.StartTimer()

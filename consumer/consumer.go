@@ -533,19 +533,19 @@ func NewAMQP(ctx context.Context, db *gorm.DB, amqpCfg *rabbitmq.Config, cfg *Co
 	if err := rabbitmq.DeclareQueue(ctx, &deadCfg, DeadLetterQueue(cfg.Group), topic); err != nil {
 		return nil, fmt.Errorf("consumer: declare dead-letter queue: %w", err)
 	}
-	dead, err := rabbitmq.NewPublisher(&deadCfg)
+	dead, err := rabbitmq.NewPublisher(ctx, &deadCfg)
 	if err != nil {
 		return nil, fmt.Errorf("consumer: dead-letter publisher: %w", err)
 	}
 	newSub := func(patterns []string) (message.Subscriber, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
 		if cfg.Partitions > 0 {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
 			spec := PartitionSpec(amqpCfg.ExchangeName(), cfg)
 			spec.Patterns, spec.Prefetch = patterns, cfg.BatchSize
 			return rabbitmq.NewPartitionSubscriber(ctx, amqpCfg, spec)
 		}
-		return rabbitmq.NewSubscriber(amqpCfg, cfg.Group, patterns...)
+		return rabbitmq.NewSubscriber(ctx, amqpCfg, cfg.Group, patterns...)
 	}
 	c, err := newConsumer(db, newSub, dead, topic, cfg, tracing.SystemRabbitMQ)
 	if err != nil {

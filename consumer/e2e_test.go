@@ -89,7 +89,7 @@ func TestEndToEndExactlyOnce(t *testing.T) {
 		// Two projectors relay while the units of work commit.
 		var pub message.Publisher
 		if h.amqp != nil {
-			p, err := rabbitmq.NewPublisher(h.amqp)
+			p, err := rabbitmq.NewPublisher(t.Context(), h.amqp)
 			require.NoError(t, err)
 			defer p.Close()
 			pub = p

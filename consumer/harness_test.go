@@ -103,7 +103,7 @@ func rabbitHarness(t *testing.T) *harness {
 	u := ex.URL
 	db, _ := testenv.Postgres(t)
 	cfg := &rabbitmq.Config{URL: u, Exchange: ex.Name, Logger: quiet}
-	pub, err := rabbitmq.NewPublisher(cfg)
+	pub, err := rabbitmq.NewPublisher(t.Context(), cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
 	return &harness{

@@ -204,7 +204,7 @@ func TestPartitionsKeepOrderAcrossKilledWorkersAndADatabaseOutage(t *testing.T) 
 	}
 	testenv.WaitFor(t, 60*time.Second, "4 workers joined", func() bool { return members() == 4 })
 
-	pub, err := rabbitmq.NewPublisher(b.amqp)
+	pub, err := rabbitmq.NewPublisher(t.Context(), b.amqp)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
 	applied := func() int64 { return b.applied(t) }
@@ -306,7 +306,7 @@ func TestBatchesSurviveRepeatedKills(t *testing.T) {
 	testenv.Stress(t)
 	const aggregates, events, kills = 100, 30, 6
 	b := newOrderedBed(t)
-	pub, err := rabbitmq.NewPublisher(b.amqp)
+	pub, err := rabbitmq.NewPublisher(t.Context(), b.amqp)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
 	for v := int64(1); v <= events; v++ {

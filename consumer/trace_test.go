@@ -113,7 +113,7 @@ func TestTraceFromCommitToHandler(t *testing.T) {
 		var pub message.Publisher = h.bus
 		system := "bento_memory"
 		if h.amqp != nil {
-			cp, err := rabbitmq.NewConfirmPublisher(h.amqp)
+			cp, err := rabbitmq.NewConfirmPublisher(t.Context(), h.amqp)
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = cp.Close() })
 			pub, system = cp, "rabbitmq"

@@ -222,7 +222,7 @@ func TestThreeInstancesRunEachJobOncePerPeriod(t *testing.T) {
 func TestUnroutableEventsAreCounted(t *testing.T) {
 	ex := testenv.NewExchange(t)
 	amqpCfg := &rabbitmq.Config{URL: ex.URL, Exchange: ex.Name}
-	pub, err := rabbitmq.NewPublisher(amqpCfg)
+	pub, err := rabbitmq.NewPublisher(t.Context(), amqpCfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
 	for i, typ := range []string{"late.event", "late.event", "other.event"} {

@@ -51,7 +51,7 @@ func TestOversizedEventFailsAlone(t *testing.T) {
 			return nil
 		}))
 
-		pub, err := rabbitmq.NewConfirmPublisher(cfg)
+		pub, err := rabbitmq.NewConfirmPublisher(t.Context(), cfg)
 		require.NoError(t, err)
 		defer pub.Close()
 		pcfg := fastConfig()

@@ -48,9 +48,13 @@ func rabbit(t *testing.T) (*rabbitmq.Config, string) {
 }
 
 // publishers are the RabbitMQ publishers the relay tests run with.
-var publishers = map[string]func(*rabbitmq.Config) (message.Publisher, error){
-	"watermill-amqp": func(c *rabbitmq.Config) (message.Publisher, error) { return rabbitmq.NewPublisher(c) },
-	"confirm":        func(c *rabbitmq.Config) (message.Publisher, error) { return rabbitmq.NewConfirmPublisher(c) },
+var publishers = map[string]func(context.Context, *rabbitmq.Config) (message.Publisher, error){
+	"watermill-amqp": func(ctx context.Context, c *rabbitmq.Config) (message.Publisher, error) {
+		return rabbitmq.NewPublisher(ctx, c)
+	},
+	"confirm": func(ctx context.Context, c *rabbitmq.Config) (message.Publisher, error) {
+		return rabbitmq.NewConfirmPublisher(ctx, c)
+	},
 }
 
 // forEachPublisher runs fn on each backend with each RabbitMQ publisher.
@@ -67,7 +71,9 @@ func forEachPublisher(t *testing.T, cutsConnection bool, fn func(t *testing.T, n
 				t.Skip("watermill-amqp v2.1.3 has a data race on its connection state when the connection drops; this variant runs in the non-race pass")
 			}
 			t.Parallel()
-			testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend, db *gorm.DB) { fn(t, newPub, db) })
+			testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend, db *gorm.DB) {
+				fn(t, func(c *rabbitmq.Config) (message.Publisher, error) { return newPub(t.Context(), c) }, db)
+			})
 		})
 	}
 }
@@ -237,7 +243,7 @@ func TestHelperCrashingProjector(t *testing.T) {
 	require.NoError(t, err)
 	store, err := outbox.NewStore(db, nil)
 	require.NoError(t, err)
-	inner, err := rabbitmq.NewPublisher(&rabbitmq.Config{
+	inner, err := rabbitmq.NewPublisher(t.Context(), &rabbitmq.Config{
 		URL: os.Getenv("BENTO_CRASH_AMQP_URL"), Exchange: os.Getenv("BENTO_CRASH_EXCHANGE"),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -307,7 +313,7 @@ func TestCrashBetweenPublishAndMark(t *testing.T) {
 			assert.Equal(t, int64(4), e.count(t, "status = 'publishing' AND locked_by = 'doomed'"),
 				"the dead child still holds its batch")
 
-			pub, err := rabbitmq.NewPublisher(cfg)
+			pub, err := rabbitmq.NewPublisher(t.Context(), cfg)
 			require.NoError(t, err)
 			defer pub.Close()
 			p, err := projector.New(e.store, pub, fastConfig())

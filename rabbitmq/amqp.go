@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/url"
 	"slices"
@@ -178,13 +179,13 @@ type Publisher struct {
 }
 
 // publisherSetup validates cfg and declares the topology a publisher needs,
-// bounded by setupTimeout; both publishers start with it.
-func (cfg *Config) publisherSetup() (*Config, error) {
+// bounded by ctx and by setupTimeout; both publishers start with it.
+func (cfg *Config) publisherSetup(ctx context.Context) (*Config, error) {
 	c, err := cfg.resolve()
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	ctx, cancel := context.WithTimeout(ctx, setupTimeout)
 	defer cancel()
 	if err := DeclareTopology(ctx, c); err != nil {
 		return nil, err
@@ -192,17 +193,49 @@ func (cfg *Config) publisherSetup() (*Config, error) {
 	return c, nil
 }
 
-// NewPublisher declares the topology (see [DeclareTopology], bounded by
-// 30 seconds) and connects a publisher. The publisher reconnects on its own
-// when the connection drops.
+// openWithin runs open, which takes no context, and returns what it opens,
+// or ctx's error once ctx ends first; what open returns after that is
+// closed. watermill-amqp dials and declares in its constructors without a
+// context: this bounds them.
+func openWithin[T io.Closer](ctx context.Context, open func() (T, error)) (T, error) {
+	type opened struct {
+		v   T
+		err error
+	}
+	done := make(chan opened, 1)
+	go func() {
+		v, err := open()
+		done <- opened{v, err}
+	}()
+	select {
+	case o := <-done:
+		return o.v, o.err
+	case <-ctx.Done():
+		go func() {
+			if o := <-done; o.err == nil {
+				_ = o.v.Close()
+			}
+		}()
+		var zero T
+		return zero, ctx.Err()
+	}
+}
+
+// NewPublisher declares the topology (see [DeclareTopology]) and connects a
+// publisher. ctx bounds both, the declaration also by 30 seconds; once
+// NewPublisher has returned, ctx no longer matters. The publisher
+// reconnects on its own when the connection drops.
 //
-// It returns an error wrapping [ErrInvalidConfig] for a bad cfg.
-func NewPublisher(cfg *Config) (*Publisher, error) {
-	c, err := cfg.publisherSetup()
+// It returns an error wrapping [ErrInvalidConfig] for a bad cfg, or ctx's
+// error when ctx ends first.
+func NewPublisher(ctx context.Context, cfg *Config) (*Publisher, error) {
+	c, err := cfg.publisherSetup(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("new AMQP publisher: %w", err)
 	}
-	pub, err := wamqp.NewPublisher(c.wamqpConfig(topologyBuilder{}), watermill.NewSlogLogger(c.Logger))
+	pub, err := openWithin(ctx, func() (*wamqp.Publisher, error) {
+		return wamqp.NewPublisher(c.wamqpConfig(topologyBuilder{}), watermill.NewSlogLogger(c.Logger))
+	})
 	if err != nil {
 		return nil, fmt.Errorf("new AMQP publisher: %w", err)
 	}
@@ -271,11 +304,14 @@ type Subscriber struct {
 // declares, before returning, the topology and the group's durable queue
 // bound to each pattern (see [DeclareQueue]); from then on the queue keeps
 // what is routed to it. Each Subscribe redeclares them, and so does the
-// subscriber after a reconnect.
+// subscriber after a reconnect. ctx bounds the dial and the declaration;
+// once NewSubscriber has returned, ctx no longer matters (each Subscribe
+// takes its own).
 //
-// It returns an error wrapping [ErrInvalidConfig] for a bad cfg and
-// [messaging.ErrInvalidName] for a bad group or pattern.
-func NewSubscriber(cfg *Config, group string, patterns ...string) (*Subscriber, error) {
+// It returns an error wrapping [ErrInvalidConfig] for a bad cfg,
+// [messaging.ErrInvalidName] for a bad group or pattern, or ctx's error
+// when ctx ends first.
+func NewSubscriber(ctx context.Context, cfg *Config, group string, patterns ...string) (*Subscriber, error) {
 	c, err := cfg.resolve()
 	if err != nil {
 		return nil, err
@@ -285,12 +321,18 @@ func NewSubscriber(cfg *Config, group string, patterns ...string) (*Subscriber, 
 	}
 	wc := c.wamqpConfig(topologyBuilder{patterns: slices.Clone(patterns)})
 	wc.Queue.GenerateName = wamqp.GenerateQueueNameConstant(group)
-	sub, err := wamqp.NewSubscriber(wc, watermill.NewSlogLogger(c.Logger))
+	sub, err := openWithin(ctx, func() (*wamqp.Subscriber, error) {
+		sub, err := wamqp.NewSubscriber(wc, watermill.NewSlogLogger(c.Logger))
+		if err != nil {
+			return nil, err
+		}
+		if err := sub.SubscribeInitialize(group); err != nil {
+			_ = sub.Close()
+			return nil, err
+		}
+		return sub, nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("new AMQP subscriber: %w", err)
-	}
-	if err := sub.SubscribeInitialize(group); err != nil {
-		_ = sub.Close()
 		return nil, fmt.Errorf("new AMQP subscriber: %w", err)
 	}
 	return &Subscriber{sub: sub}, nil

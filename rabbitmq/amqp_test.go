@@ -84,7 +84,7 @@ func (r *rabbit) group(suffix string) string {
 
 func (r *rabbit) publisher() *rabbitmq.Publisher {
 	r.t.Helper()
-	p, err := rabbitmq.NewPublisher(r.cfg)
+	p, err := rabbitmq.NewPublisher(ctxTimeout(r.t), r.cfg)
 	require.NoError(r.t, err)
 	r.t.Cleanup(func() { _ = p.Close() })
 	return p
@@ -174,7 +174,7 @@ func TestAMQPSubscriberDecodeAckNack(t *testing.T) {
 	t.Parallel()
 	r := setupRabbit(t)
 	group := r.group("audit")
-	sub, err := rabbitmq.NewSubscriber(r.cfg, group, "order.#")
+	sub, err := rabbitmq.NewSubscriber(t.Context(), r.cfg, group, "order.#")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
 	pub := r.publisher()
@@ -225,7 +225,7 @@ func TestAMQPSubscriberCompetingConsumers(t *testing.T) {
 	t.Parallel()
 	r := setupRabbit(t)
 	group := r.group("workers")
-	sub, err := rabbitmq.NewSubscriber(r.cfg, group, "job.*")
+	sub, err := rabbitmq.NewSubscriber(t.Context(), r.cfg, group, "job.*")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
 	pub := r.publisher()
@@ -258,7 +258,7 @@ func TestAMQPSubscriberContextCancel(t *testing.T) {
 	t.Parallel()
 	r := setupRabbit(t)
 	group := r.group("cancel")
-	sub, err := rabbitmq.NewSubscriber(r.cfg, group, "job.*")
+	sub, err := rabbitmq.NewSubscriber(t.Context(), r.cfg, group, "job.*")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
 	pub := r.publisher()
@@ -285,7 +285,7 @@ func TestAMQPSubscriberForeignProducer(t *testing.T) {
 	t.Parallel()
 	r := setupRabbit(t)
 	group := r.group("foreign")
-	sub, err := rabbitmq.NewSubscriber(r.cfg, group, "order.*")
+	sub, err := rabbitmq.NewSubscriber(t.Context(), r.cfg, group, "order.*")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
 
@@ -387,7 +387,7 @@ func TestAMQPTopologyConflict(t *testing.T) {
 	r := setupRabbit(t)
 	// An exchange of that name without the alternate-exchange argument.
 	require.NoError(t, r.ch.ExchangeDeclare(r.name, "topic", true, false, false, false, nil))
-	_, err := rabbitmq.NewPublisher(r.cfg)
+	_, err := rabbitmq.NewPublisher(ctxTimeout(r.t), r.cfg)
 	var aerr *amqp.Error
 	require.ErrorAs(t, err, &aerr)
 	assert.Equal(t, amqp.PreconditionFailed, aerr.Code)
@@ -435,21 +435,21 @@ func TestAMQPConfigValidation(t *testing.T) {
 			assert.Contains(t, problems[i].Error(), "Config."+f+" ")
 		}
 	}
-	_, err := rabbitmq.NewPublisher(bad)
+	_, err := rabbitmq.NewPublisher(t.Context(), bad)
 	check(t, err, fields...)
-	_, err = rabbitmq.NewSubscriber(bad, "g", "a")
+	_, err = rabbitmq.NewSubscriber(t.Context(), bad, "g", "a")
 	check(t, err, fields...)
 	check(t, rabbitmq.DeclareTopology(t.Context(), bad), fields...)
 	check(t, rabbitmq.DeclareQueue(t.Context(), bad, "g", "a"), fields...)
 
-	_, err = rabbitmq.NewPublisher(nil)
+	_, err = rabbitmq.NewPublisher(t.Context(), nil)
 	check(t, err, "URL") // the one field without a default
 	check(t, rabbitmq.DeclareTopology(t.Context(), &rabbitmq.Config{
 		URL: "amqp://guest:guest@127.0.0.1:5672/", Exchange: "has space", PrefetchCount: 70000,
 	}), "Exchange", "PrefetchCount")
 
 	// The password never shows in the error.
-	_, err = rabbitmq.NewPublisher(&rabbitmq.Config{URL: "amqp://u:s3cret@127.0.0.1:bad/", Exchange: rabbitmq.DefaultExchange})
+	_, err = rabbitmq.NewPublisher(t.Context(), &rabbitmq.Config{URL: "amqp://u:s3cret@127.0.0.1:bad/", Exchange: rabbitmq.DefaultExchange})
 	check(t, err, "URL")
 	assert.NotContains(t, err.Error(), "s3cret")
 
@@ -458,7 +458,7 @@ func TestAMQPConfigValidation(t *testing.T) {
 		err := rabbitmq.DeclareQueue(t.Context(), good, args[0], args[1:]...)
 		require.ErrorIs(t, err, messaging.ErrInvalidName, "%q", args)
 		require.False(t, errors.Is(err, rabbitmq.ErrInvalidConfig))
-		_, err = rabbitmq.NewSubscriber(good, args[0], args[1:]...)
+		_, err = rabbitmq.NewSubscriber(t.Context(), good, args[0], args[1:]...)
 		require.ErrorIs(t, err, messaging.ErrInvalidName, "%q", args)
 	}
 	assert.True(t, strings.HasPrefix(rabbitmq.DefaultExchange, "bento."))

@@ -71,13 +71,15 @@ type confirmChannel struct {
 	closes  chan *amqp.Error // the broker's error when it closes ch
 }
 
-// NewConfirmPublisher declares the topology (see DeclareTopology) and
-// returns a publisher for cfg.
+// NewConfirmPublisher declares the topology (see [DeclareTopology]) and
+// returns a publisher for cfg. ctx bounds the declaration, which is also
+// bounded by 30 seconds; the publisher connects on its first publish, each
+// publish bounded by its own context.
 //
-// Errors: ErrInvalidConfig, the broker's error, or Config.Registerer's
-// when it refuses the publisher's gauge.
-func NewConfirmPublisher(cfg *Config) (*ConfirmPublisher, error) {
-	c, err := cfg.publisherSetup()
+// Errors: ErrInvalidConfig, the broker's error, ctx's error when ctx ends
+// first, or Config.Registerer's when it refuses the publisher's gauge.
+func NewConfirmPublisher(ctx context.Context, cfg *Config) (*ConfirmPublisher, error) {
+	c, err := cfg.publisherSetup(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -75,7 +75,7 @@ func TestConfirmPublisherSilentLink(t *testing.T) {
 	t.Parallel()
 	cfg, q, ch := confirmSetup(t)
 	via, proxy := viaProxy(t, cfg)
-	p, err := rabbitmq.NewConfirmPublisher(via)
+	p, err := rabbitmq.NewConfirmPublisher(t.Context(), via)
 	require.NoError(t, err)
 	defer p.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -184,7 +184,7 @@ func TestConfirmPublisherBlocked(t *testing.T) {
 	isBlocked := func(want float64) func() bool {
 		return func() bool { return gauge(t, reg, blockedGauge) == want }
 	}
-	p, err := rabbitmq.NewConfirmPublisher(via)
+	p, err := rabbitmq.NewConfirmPublisher(t.Context(), via)
 	require.NoError(t, err)
 	defer p.Close()
 	long, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -288,7 +288,7 @@ func requireOnlyOneFailed(t *testing.T, errs []error, batch []messaging.Outgoing
 func TestConfirmPublisherMessageTooLarge(t *testing.T) {
 	t.Parallel()
 	cfg, q, ch := confirmSetup(t)
-	p, err := rabbitmq.NewConfirmPublisher(cfg)
+	p, err := rabbitmq.NewConfirmPublisher(t.Context(), cfg)
 	require.NoError(t, err)
 	defer p.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -308,7 +308,7 @@ func TestConfirmPublisherMessageTooLarge(t *testing.T) {
 func TestConfirmPublisherFailureCostsOneMessage(t *testing.T) {
 	t.Parallel()
 	cfg, q, ch := confirmSetup(t)
-	p, err := rabbitmq.NewConfirmPublisher(cfg)
+	p, err := rabbitmq.NewConfirmPublisher(t.Context(), cfg)
 	require.NoError(t, err)
 	defer p.Close()
 	rabbitmq.SkipSizeCheck(p)
@@ -337,7 +337,7 @@ func TestConfirmPublisherFailureCostsOneMessage(t *testing.T) {
 func TestConfirmPublisherFrameSizeBoundary(t *testing.T) {
 	t.Parallel()
 	cfg, _, _ := confirmSetup(t)
-	p, err := rabbitmq.NewConfirmPublisher(cfg)
+	p, err := rabbitmq.NewConfirmPublisher(t.Context(), cfg)
 	require.NoError(t, err)
 	defer p.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -357,7 +357,7 @@ func TestConfirmPublisherFrameSizeBoundary(t *testing.T) {
 	assert.NoError(t, errs[0], "a header frame of exactly frame_max bytes fits")
 	assert.ErrorIs(t, errs[1], messaging.ErrMessageTooLarge)
 
-	unchecked, err := rabbitmq.NewConfirmPublisher(cfg)
+	unchecked, err := rabbitmq.NewConfirmPublisher(t.Context(), cfg)
 	require.NoError(t, err)
 	defer unchecked.Close()
 	rabbitmq.SkipSizeCheck(unchecked)
@@ -376,7 +376,7 @@ func TestConfirmPublisherFrameSizeBoundary(t *testing.T) {
 func TestConfirmPublisherRetriesAreBounded(t *testing.T) {
 	t.Parallel()
 	cfg, _, ch := confirmSetup(t)
-	p, err := rabbitmq.NewConfirmPublisher(cfg)
+	p, err := rabbitmq.NewConfirmPublisher(t.Context(), cfg)
 	require.NoError(t, err)
 	defer p.Close()
 	require.NoError(t, ch.ExchangeDelete(cfg.Exchange, false, false))
@@ -402,7 +402,7 @@ func TestConfirmPublisherRepublishesAfterLinkFailure(t *testing.T) {
 	t.Parallel()
 	cfg, q, ch := confirmSetup(t)
 	via, proxy := viaProxy(t, cfg)
-	p, err := rabbitmq.NewConfirmPublisher(via)
+	p, err := rabbitmq.NewConfirmPublisher(t.Context(), via)
 	require.NoError(t, err)
 	defer p.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

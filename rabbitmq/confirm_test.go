@@ -64,7 +64,7 @@ func queued(t *testing.T, ch *amqp.Channel, queue string) []amqp.Delivery {
 func TestConfirmPublisherBatch(t *testing.T) {
 	t.Parallel()
 	cfg, q, ch := confirmSetup(t)
-	p, err := rabbitmq.NewConfirmPublisher(cfg)
+	p, err := rabbitmq.NewConfirmPublisher(t.Context(), cfg)
 	require.NoError(t, err)
 	defer p.Close()
 
@@ -104,7 +104,7 @@ func TestConfirmPublisherReportsReturns(t *testing.T) {
 	cfg, q, ch := confirmSetup(t)
 	_, err := ch.QueueDelete(cfg.Exchange+".unroutable", false, false, false)
 	require.NoError(t, err)
-	p, err := rabbitmq.NewConfirmPublisher(cfg)
+	p, err := rabbitmq.NewConfirmPublisher(t.Context(), cfg)
 	require.NoError(t, err)
 	defer p.Close()
 	_, _ = ch.QueueDelete(cfg.Exchange+".unroutable", false, false, false) // declared again by the constructor
@@ -136,7 +136,7 @@ func TestConfirmPublisherReconnects(t *testing.T) {
 	pu := *u
 	pu.Host = proxy.Addr()
 	via.URL = pu.String()
-	p, err := rabbitmq.NewConfirmPublisher(&via)
+	p, err := rabbitmq.NewConfirmPublisher(t.Context(), &via)
 	require.NoError(t, err)
 	defer p.Close()
 

@@ -110,7 +110,13 @@ func (c *Config) dialSocket(ctx context.Context) (*amqp.Connection, net.Conn, er
 		},
 	})
 	if err != nil {
-		if cerr := ctx.Err(); cerr != nil {
+		cerr := ctx.Err()
+		if d, ok := ctx.Deadline(); cerr == nil && ok && !time.Now().Before(d) {
+			// The socket's deadline is ctx's: its timeout can come a hair
+			// before ctx reports that it ended.
+			cerr = context.DeadlineExceeded
+		}
+		if cerr != nil {
 			return nil, nil, fmt.Errorf("rabbitmq: connect to AMQP: %w (%w)", cerr, err)
 		}
 		return nil, nil, fmt.Errorf("rabbitmq: connect to AMQP: %w", err)

@@ -72,7 +72,7 @@ func newBroker(t *testing.T) *broker {
 	ex := testenv.NewExchange(t)
 	b := &broker{ex: ex, cfg: &rabbitmq.Config{URL: ex.URL, Exchange: ex.Name},
 		env: []string{"AMQP_URL=" + ex.URL, "BENTO_EXCHANGE=" + ex.Name}}
-	pub, err := rabbitmq.NewPublisher(b.cfg)
+	pub, err := rabbitmq.NewPublisher(t.Context(), b.cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
 	b.pub = pub

@@ -70,7 +70,7 @@ func openAMQP(ctx context.Context, log *slog.Logger, amqpURL string) (*bus, erro
 			return nil, err
 		}
 	}
-	pub, err := rabbitmq.NewConfirmPublisher(cfg) // pipelined confirms: see docs/benchmarks.md
+	pub, err := rabbitmq.NewConfirmPublisher(ctx, cfg) // pipelined confirms: see docs/benchmarks.md
 	if err != nil {
 		return nil, err
 	}

@@ -175,7 +175,7 @@ func openBus(ctx context.Context, cfg config, topics ...string) (*bus, func(), e
 	if err := rabbitmq.DeclarePartitions(ctx, amqpCfg, spec); err != nil {
 		return nil, nil, err
 	}
-	pub, err := rabbitmq.NewConfirmPublisher(amqpCfg)
+	pub, err := rabbitmq.NewConfirmPublisher(ctx, amqpCfg)
 	if err != nil {
 		return nil, nil, err
 	}

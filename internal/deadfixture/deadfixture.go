@@ -83,7 +83,7 @@ func Start(t testing.TB, db *gorm.DB, ex *testenv.Exchange, prefix string) *Fixt
 	t.Cleanup(func() { stop(); <-done })
 	<-c.Running()
 
-	pub, err := rabbitmq.NewPublisher(f.AMQP)
+	pub, err := rabbitmq.NewPublisher(ctx, f.AMQP)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
 	for i, sku := range []string{"kiwi", "fig"} {

@@ -120,7 +120,7 @@ func (w *wholeGroup) Close() error { return w.sub.Close() }
 // amqpBus describes how a RabbitMQ Bus publishes and subscribes.
 type amqpBus struct {
 	// publisher builds the Bus's publisher.
-	publisher func(*rabbitmq.Config) (message.Publisher, error)
+	publisher func(context.Context, *rabbitmq.Config) (message.Publisher, error)
 	// partitions, when positive, makes each group that many partition
 	// queues consumed with rabbitmq.NewPartitionSubscriber, prefetch
 	// messages at a time; zero means a group queue consumed with
@@ -128,12 +128,12 @@ type amqpBus struct {
 	partitions, prefetch int
 }
 
-func plainPublisher(cfg *rabbitmq.Config) (message.Publisher, error) {
-	return rabbitmq.NewPublisher(cfg)
+func plainPublisher(ctx context.Context, cfg *rabbitmq.Config) (message.Publisher, error) {
+	return rabbitmq.NewPublisher(ctx, cfg)
 }
 
-func confirmPublisher(cfg *rabbitmq.Config) (message.Publisher, error) {
-	return rabbitmq.NewConfirmPublisher(cfg)
+func confirmPublisher(ctx context.Context, cfg *rabbitmq.Config) (message.Publisher, error) {
+	return rabbitmq.NewConfirmPublisher(ctx, cfg)
 }
 
 // rabbitMQ returns a Factory whose every Bus has its own exchange on the
@@ -149,7 +149,7 @@ func rabbitMQ(kind amqpBus) bustest.Factory {
 		}
 		ex := testenv.NewExchange(tt)
 		cfg := &rabbitmq.Config{URL: ex.URL, Exchange: ex.Name, Logger: discard}
-		pub, err := kind.publisher(cfg)
+		pub, err := kind.publisher(tt.Context(), cfg)
 		if err != nil {
 			t.Fatalf("new publisher: %v", err)
 		}
@@ -158,7 +158,7 @@ func rabbitMQ(kind amqpBus) bustest.Factory {
 		if kind.partitions == 0 {
 			b.NewSubscriber = func(_ bustest.TB, group string, topics []string) (message.Subscriber, error) {
 				ex.Queues(group)
-				return rabbitmq.NewSubscriber(cfg, group, topics...)
+				return rabbitmq.NewSubscriber(tt.Context(), cfg, group, topics...)
 			}
 			return b
 		}
