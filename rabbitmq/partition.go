@@ -66,8 +66,8 @@ type PartitionSpec struct {
 	// Patterns are the binding patterns of the event types the group
 	// consumes ("order.*"). It has no default: at least one is required.
 	Patterns []string
-	// QueueType is the RabbitMQ queue type, Quorum or Classic. The memory
-	// bus ignores it. Defaults to Quorum.
+	// QueueType is the RabbitMQ queue type, Quorum or Classic. Defaults to
+	// Quorum.
 	QueueType QueueType
 	// DeliveryLimit, for quorum queues, is how many times a message is
 	// delivered again (after its consumer died, stopped or gave it back)
@@ -87,9 +87,10 @@ type PartitionSpec struct {
 	// exchange.
 	DeadExchange, DeadKey string
 	// Prefetch is how many messages a subscription of
-	// NewPartitionSubscriber or MemoryBus.PartitionSubscriber takes before
-	// the first of them is acked, so that a consumer can apply several at
-	// once. Declaring ignores it. Defaults to 1.
+	// NewPartitionSubscriber takes before the first of them is acked, so
+	// that a consumer can apply several at once (the memory bus takes it
+	// as messaging.MemoryBus.PartitionSubscriber's argument). Declaring
+	// ignores it. Defaults to 1.
 	Prefetch int
 }
 
