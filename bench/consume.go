@@ -21,6 +21,7 @@ import (
 	"github.com/bentoevents/bento/inbox"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/rabbitmq"
 	"github.com/bentoevents/bento/uow"
 )
 
@@ -200,8 +201,8 @@ func (b *consumeBed) close() {
 
 // fill declares group's queue and publishes every message to it with
 // confirms, then waits until the queue holds them all.
-func (b *consumeBed) fill(ctx context.Context, cfg *messaging.AMQPConfig, group string) error {
-	if err := messaging.DeclareQueue(ctx, cfg, group, topic); err != nil {
+func (b *consumeBed) fill(ctx context.Context, cfg *rabbitmq.Config, group string) error {
+	if err := rabbitmq.DeclareQueue(ctx, cfg, group, topic); err != nil {
 		return err
 	}
 	if err := b.publishAll(ctx, cfg); err != nil {
@@ -212,8 +213,8 @@ func (b *consumeBed) fill(ctx context.Context, cfg *messaging.AMQPConfig, group 
 }
 
 // publishAll publishes every message with confirms.
-func (b *consumeBed) publishAll(ctx context.Context, cfg *messaging.AMQPConfig) error {
-	pub, err := messaging.NewConfirmPublisher(cfg)
+func (b *consumeBed) publishAll(ctx context.Context, cfg *rabbitmq.Config) error {
+	pub, err := rabbitmq.NewConfirmPublisher(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -230,10 +231,10 @@ func (b *consumeBed) publishAll(ctx context.Context, cfg *messaging.AMQPConfig) 
 // fillPartitions declares n partitions of group (the batched mode's
 // topology) and publishes every message, then waits until the partition
 // queues hold them all.
-func (b *consumeBed) fillPartitions(ctx context.Context, cfg *messaging.AMQPConfig, group string, n int) error {
+func (b *consumeBed) fillPartitions(ctx context.Context, cfg *rabbitmq.Config, group string, n int) error {
 	spec := consumer.PartitionSpec(cfg.Exchange, &consumer.Config{Group: group, Partitions: n})
 	spec.Patterns = []string{topic}
-	if err := messaging.DeclarePartitions(ctx, cfg, spec); err != nil {
+	if err := rabbitmq.DeclarePartitions(ctx, cfg, spec); err != nil {
 		return err
 	}
 	if err := b.publishAll(ctx, cfg); err != nil {
@@ -294,7 +295,7 @@ func runConsume(ctx context.Context, b *consumeBed, handler, mode string, n int)
 		r.Seconds, r.Rate = c.rate()
 		return r, b.check(ctx, handler, mode, group, r.Messages)
 	}
-	cfg := &messaging.AMQPConfig{URL: b.e.amqpURL, Exchange: names.Exchange, Logger: b.e.log}
+	cfg := &rabbitmq.Config{URL: b.e.amqpURL, Exchange: names.Exchange, Logger: b.e.log}
 	if mode == "batched" {
 		if err := b.fillPartitions(ctx, cfg, group, n); err != nil {
 			return r, err
@@ -343,7 +344,7 @@ func runConsume(ctx context.Context, b *consumeBed, handler, mode string, n int)
 		}
 		runs = append(runs, cons.Run)
 	case "plain":
-		run, err := plainConsumer(cfg, db, group, n, b.e, fn)
+		run, err := plainConsumer(ctx, cfg, db, group, n, b.e, fn)
 		if err != nil {
 			return r, err
 		}
@@ -517,7 +518,7 @@ func (b *consumeBed) check(ctx context.Context, handler, mode, group string, wan
 // inbox consumer's decoding, retry and recoverer, without the inbox (and
 // without the dead-letter middleware, which costs nothing until a message
 // fails).
-func plainConsumer(cfg *messaging.AMQPConfig, db *gorm.DB, group string, n int, e *env,
+func plainConsumer(ctx context.Context, cfg *rabbitmq.Config, db *gorm.DB, group string, n int, e *env,
 	fn consumer.HandlerFunc[Deposited]) (func(context.Context) error, error) {
 	dispatch, err := decodeDispatch(db, fn)
 	if err != nil {
@@ -531,9 +532,9 @@ func plainConsumer(cfg *messaging.AMQPConfig, db *gorm.DB, group string, n int, 
 	retry := middleware.Retry{MaxRetries: 5, InitialInterval: 100 * time.Millisecond, MaxInterval: 10 * time.Second,
 		Multiplier: 2, RandomizationFactor: 0.5, ResetContextOnRetry: true, Logger: wlog}
 	router.AddMiddleware(retry.Middleware, middleware.Recoverer)
-	var subs []*messaging.AMQPSubscriber
+	var subs []*rabbitmq.Subscriber
 	for i := range n {
-		sub, err := messaging.NewAMQPSubscriber(cfg, group, topic)
+		sub, err := rabbitmq.NewSubscriber(ctx, cfg, group, topic)
 		if err != nil {
 			for _, s := range subs {
 				_ = s.Close()

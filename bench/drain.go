@@ -10,9 +10,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"gorm.io/gorm"
 
-	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
 	"github.com/bentoevents/bento/projector"
+	"github.com/bentoevents/bento/rabbitmq"
 	"github.com/bentoevents/bento/uow"
 )
 
@@ -20,20 +20,20 @@ import (
 type publisher struct {
 	Name  string // key in the results, e.g. "watermill"
 	Label string // what tables and the chart call it
-	Open  func(*messaging.AMQPConfig) (message.Publisher, error)
+	Open  func(context.Context, *rabbitmq.Config) (message.Publisher, error)
 }
 
 // publishers are the publishers the drain runs bento's projector with, each
 // with 1 and 2 projector instances. Adding one is one line.
 var publishers = []publisher{
-	{"watermill", "watermill-amqp", opener(messaging.NewAMQPPublisher)},
-	{"confirm", "ConfirmPublisher", opener(messaging.NewConfirmPublisher)},
+	{"watermill", "watermill-amqp", opener(rabbitmq.NewPublisher)},
+	{"confirm", "ConfirmPublisher", opener(rabbitmq.NewConfirmPublisher)},
 }
 
 // opener adapts a publisher constructor to publisher.Open.
-func opener[P message.Publisher](newP func(*messaging.AMQPConfig) (P, error)) func(*messaging.AMQPConfig) (message.Publisher, error) {
-	return func(c *messaging.AMQPConfig) (message.Publisher, error) {
-		p, err := newP(c)
+func opener[P message.Publisher](newP func(context.Context, *rabbitmq.Config) (P, error)) func(context.Context, *rabbitmq.Config) (message.Publisher, error) {
+	return func(ctx context.Context, c *rabbitmq.Config) (message.Publisher, error) {
+		p, err := newP(ctx, c)
 		if err != nil {
 			return nil, err
 		}
@@ -205,8 +205,8 @@ func runBento(ctx context.Context, e *env, b *backlog, p publisher, n int) (drai
 			e.log.Warn("cleanup", "err", err)
 		}
 	}()
-	cfg := &messaging.AMQPConfig{URL: e.amqpURL, Exchange: names.Exchange, ChannelPoolSize: 64, Logger: e.log}
-	if err := messaging.DeclareQueue(ctx, cfg, names.Queue, topic); err != nil {
+	cfg := &rabbitmq.Config{URL: e.amqpURL, Exchange: names.Exchange, ChannelPoolSize: 64, Logger: e.log}
+	if err := rabbitmq.DeclareQueue(ctx, cfg, names.Queue, topic); err != nil {
 		return drainRun{}, err
 	}
 	projectors := make([]*projector.OutboxProjector, n)
@@ -221,7 +221,7 @@ func runBento(ctx context.Context, e *env, b *backlog, p publisher, n int) (drai
 		if err != nil {
 			return drainRun{}, err
 		}
-		pub, err := p.Open(cfg)
+		pub, err := p.Open(ctx, cfg)
 		if err != nil {
 			return drainRun{}, fmt.Errorf("open %s: %w", p.Name, err)
 		}

@@ -104,7 +104,7 @@ func consumeTargets(c *ConsumeReport) []Target {
 
 func printConsume(w io.Writer, c *ConsumeReport) {
 	fmt.Fprintf(w, "\nConsumer: %s messages pre-published to the group's queue, drained by n competing consumers;\n"+
-		"inbox = consumer.NewAMQP, without = the same handler on a Watermill router over bento's AMQPSubscriber,\n"+
+		"inbox = consumer.NewAMQP, without = the same handler on a Watermill router over bento's rabbitmq.Subscriber,\n"+
 		"no broker = the inbox middleware called in a loop, without RabbitMQ,\n"+
 		"batched = consumer.NewAMQP on n partitions, up to %d messages per transaction,\n"+
 		"bare batched = amqp091 and pgx, %d deliveries per transaction, one multiple ack after commit (the limit)\n",

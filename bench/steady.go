@@ -19,6 +19,7 @@ import (
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
 	"github.com/bentoevents/bento/projector"
+	"github.com/bentoevents/bento/rabbitmq"
 	"github.com/bentoevents/bento/uow"
 )
 
@@ -367,7 +368,7 @@ func (b *steadyBed) reset(ctx context.Context) error {
 // the ConfirmPublisher, Run (LISTEN/NOTIFY wake-up) on its own pool.
 type bentoRelay struct {
 	proj   *projector.OutboxProjector
-	pub    *messaging.ConfirmPublisher
+	pub    *rabbitmq.ConfirmPublisher
 	db     *gorm.DB
 	app    string
 	timer  *phaseTimer
@@ -375,7 +376,7 @@ type bentoRelay struct {
 	done   chan error
 }
 
-func startBentoRelay(ctx context.Context, b *steadyBed, cfg *messaging.AMQPConfig) (*bentoRelay, error) {
+func startBentoRelay(ctx context.Context, b *steadyBed, cfg *rabbitmq.Config) (*bentoRelay, error) {
 	r := &bentoRelay{app: "bench-relay-" + randomHex(4), timer: &phaseTimer{}}
 	var err error
 	if r.db, err = b.schema.gormAs(r.app, 4); err != nil {
@@ -386,7 +387,7 @@ func startBentoRelay(ctx context.Context, b *steadyBed, cfg *messaging.AMQPConfi
 		closeGorm(r.db)
 		return nil, err
 	}
-	if r.pub, err = messaging.NewConfirmPublisher(cfg); err != nil {
+	if r.pub, err = rabbitmq.NewConfirmPublisher(ctx, cfg); err != nil {
 		closeGorm(r.db)
 		return nil, err
 	}
@@ -513,7 +514,7 @@ type relayPhases struct {
 
 // timedPublisher is a ConfirmPublisher whose PublishBatch calls are timed.
 type timedPublisher struct {
-	*messaging.ConfirmPublisher
+	*rabbitmq.ConfirmPublisher
 	t *phaseTimer
 }
 
@@ -571,8 +572,8 @@ func runSteadyBento(ctx context.Context, b *steadyBed, rate float64) (steadyRun,
 			b.e.log.Warn("cleanup", "err", err)
 		}
 	}()
-	cfg := &messaging.AMQPConfig{URL: b.e.amqpURL, Exchange: names.Exchange, Logger: b.e.log}
-	if err := messaging.DeclareQueue(ctx, cfg, names.Queue, topic); err != nil {
+	cfg := &rabbitmq.Config{URL: b.e.amqpURL, Exchange: names.Exchange, Logger: b.e.log}
+	if err := rabbitmq.DeclareQueue(ctx, cfg, names.Queue, topic); err != nil {
 		return steadyRun{}, err
 	}
 	relay, err := startBentoRelay(ctx, b, cfg)
@@ -609,7 +610,7 @@ func idleBento(ctx context.Context, b *steadyBed) (IdleCPU, error) {
 			b.e.log.Warn("cleanup", "err", err)
 		}
 	}()
-	cfg := &messaging.AMQPConfig{URL: b.e.amqpURL, Exchange: names.Exchange, Logger: b.e.log}
+	cfg := &rabbitmq.Config{URL: b.e.amqpURL, Exchange: names.Exchange, Logger: b.e.log}
 	relay, err := startBentoRelay(ctx, b, cfg)
 	if err != nil {
 		return IdleCPU{}, err

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/rabbitmq"
 	"github.com/bentoevents/bento/tenant"
 )
 
@@ -79,7 +79,7 @@ type Config struct {
 	// unroutable queue of this broker's exchange (published while no queue
 	// was bound for their type), with a Replay per event type. Defaults to
 	// none.
-	Unroutable *messaging.AMQPConfig
+	Unroutable *rabbitmq.Config
 	// Logger receives a record of every requeue and discard and of the
 	// errors shown as 500 pages. Defaults to slog.Default().
 	Logger *slog.Logger

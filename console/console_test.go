@@ -19,6 +19,7 @@ import (
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/rabbitmq"
 )
 
 func TestOverviewShowsCountsAgeAndActivity(t *testing.T) {
@@ -486,15 +487,15 @@ func TestNewRejectsBadConfig(t *testing.T) {
 func TestUnroutablePageListsAndReplays(t *testing.T) {
 	t.Parallel()
 	ex := testenv.NewExchange(t)
-	amqpCfg := &messaging.AMQPConfig{URL: ex.URL, Exchange: ex.Name}
-	pub, err := messaging.NewAMQPPublisher(amqpCfg)
+	amqpCfg := &rabbitmq.Config{URL: ex.URL, Exchange: ex.Name}
+	pub, err := rabbitmq.NewPublisher(t.Context(), amqpCfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
 	m := message.NewMessage("late-1", []byte(`{}`))
 	m.Metadata.Set(messaging.MetaEventType, "late.event")
 	require.NoError(t, pub.Publish("late.event", m))
 	require.Eventually(t, func() bool {
-		n, err := messaging.QueueDepth(t.Context(), amqpCfg, messaging.UnroutableQueue(ex.Name))
+		n, err := rabbitmq.QueueDepth(t.Context(), amqpCfg, rabbitmq.UnroutableQueue(ex.Name))
 		return err == nil && n == 1
 	}, 10*time.Second, 20*time.Millisecond)
 
@@ -511,13 +512,13 @@ func TestUnroutablePageListsAndReplays(t *testing.T) {
 
 	queue := "late-group-" + ex.Name
 	ex.Queues(queue)
-	require.NoError(t, messaging.DeclareQueue(t.Context(), amqpCfg, queue, "late.*"))
+	require.NoError(t, rabbitmq.DeclareQueue(t.Context(), amqpCfg, queue, "late.*"))
 	res, _ = e.post(t, "/unroutable/replay", url.Values{"csrf_token": {tok}, "event_type": {"late.event"}}, nil)
 	_, body = e.follow(t, res)
 	assert.Contains(t, byID(body, "flash"), "Replayed 1 event(s) of type late.event; 0 came back")
 	assert.Contains(t, body, `id="unroutable-empty"`)
 	require.Eventually(t, func() bool {
-		n, err := messaging.QueueDepth(t.Context(), amqpCfg, queue)
+		n, err := rabbitmq.QueueDepth(t.Context(), amqpCfg, queue)
 		return err == nil && n == 1
 	}, 10*time.Second, 20*time.Millisecond)
 }

@@ -10,7 +10,7 @@ import (
 	"sort"
 
 	"github.com/bentoevents/bento/consumer"
-	"github.com/bentoevents/bento/messaging"
+	"github.com/bentoevents/bento/rabbitmq"
 )
 
 // Consumers lets the console show and act on consumer groups' dead letters
@@ -18,7 +18,7 @@ import (
 type Consumers struct {
 	// AMQP is the broker, and the exchange replays are published to. It
 	// has no default: it is required.
-	AMQP *messaging.AMQPConfig
+	AMQP *rabbitmq.Config
 	// Groups are the consumer groups to show. It has no default: at least
 	// one is required.
 	Groups []string

@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/bentoevents/bento/messaging"
+	"github.com/bentoevents/bento/rabbitmq"
 )
 
 // unroutableData is the content of the unroutable page.
@@ -31,12 +32,12 @@ func (c *Console) unroutableList(w http.ResponseWriter, r *http.Request) {
 		c.notFound(w, r)
 		return
 	}
-	parked, err := messaging.ListUnroutable(r.Context(), c.cfg.Unroutable, nil, unroutableScanLimit)
+	parked, err := rabbitmq.ListUnroutable(r.Context(), c.cfg.Unroutable, nil, unroutableScanLimit)
 	if err != nil {
 		c.failBroker(w, r, err)
 		return
 	}
-	d := &unroutableData{Queue: messaging.UnroutableQueue(c.cfg.Unroutable.ExchangeName()), Limit: c.cfg.DeadLimit, Total: len(parked)}
+	d := &unroutableData{Queue: rabbitmq.UnroutableQueue(c.cfg.Unroutable.ExchangeName()), Limit: c.cfg.DeadLimit, Total: len(parked)}
 	byType := map[string]int{}
 	for _, m := range parked {
 		byType[m.Metadata.Get(messaging.MetaEventType)]++
@@ -68,7 +69,7 @@ func (c *Console) unroutableReplay(w http.ResponseWriter, r *http.Request) {
 		c.renderError(w, r, http.StatusBadRequest, "Replay needs an event type.")
 		return
 	}
-	replayed, back, err := messaging.ReplayUnroutable(r.Context(), c.cfg.Unroutable, []string{t})
+	replayed, back, err := rabbitmq.ReplayUnroutable(r.Context(), c.cfg.Unroutable, []string{t})
 	if err != nil {
 		c.failBroker(w, r, err)
 		return

@@ -14,6 +14,7 @@ import (
 	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
+	"github.com/bentoevents/bento/rabbitmq"
 )
 
 // declareFirst declares the suite's partitions before the consumer runs,
@@ -26,7 +27,7 @@ func declareFirst(t *testing.T, s *holdSuite, cfg *consumer.Config) {
 	}
 	spec := consumer.PartitionSpec(s.amqp.Exchange, cfg)
 	spec.Patterns = []string{Step{}.EventType()}
-	require.NoError(t, messaging.DeclarePartitions(t.Context(), s.amqp, spec))
+	require.NoError(t, rabbitmq.DeclarePartitions(t.Context(), s.amqp, spec))
 }
 
 // waitCommitted waits until every aggregate of aggs has versions 1..n

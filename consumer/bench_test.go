@@ -19,6 +19,7 @@ import (
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/rabbitmq"
 )
 
 // BenchmarkPartitionedInstances measures how a partitioned group scales out
@@ -34,11 +35,11 @@ import (
 //	go test ./consumer -run '^$' -bench PartitionedInstances -benchtime 2x
 func BenchmarkPartitionedInstances(b *testing.B) {
 	cases := []struct {
-		queue                  messaging.QueueType
+		queue                  rabbitmq.QueueType
 		concurrency, instances int
 	}{
-		{messaging.Quorum, 1, 1}, {messaging.Quorum, 1, 4}, {messaging.Quorum, 8, 1}, {messaging.Quorum, 8, 4},
-		{messaging.Classic, 8, 1}, // what the quorum default costs at the CPU ceiling
+		{rabbitmq.Quorum, 1, 1}, {rabbitmq.Quorum, 1, 4}, {rabbitmq.Quorum, 8, 1}, {rabbitmq.Quorum, 8, 4},
+		{rabbitmq.Classic, 8, 1}, // what the quorum default costs at the CPU ceiling
 	}
 	for _, tc := range cases {
 		name := fmt.Sprintf("queue=%s/concurrency=%d/instances=%d", tc.queue, tc.concurrency, tc.instances)
@@ -55,7 +56,7 @@ func BenchmarkPartitionedInstances(b *testing.B) {
 
 // partitionedRun starts instances consumers of a fresh group, publishes
 // messages (over 400 aggregates) and returns how long they took to apply.
-func partitionedRun(b *testing.B, queue messaging.QueueType, instances, concurrency, messages int) time.Duration {
+func partitionedRun(b *testing.B, queue rabbitmq.QueueType, instances, concurrency, messages int) time.Duration {
 	b.StopTimer()
 	defer b.StartTimer()
 	ex := testenv.NewExchange(b)
@@ -67,11 +68,11 @@ func partitionedRun(b *testing.B, queue messaging.QueueType, instances, concurre
 	group := "bench" + ex.Name[3:]
 	const partitions = 32
 	ex.Partitioned(group, partitions)
-	amqpCfg := &messaging.AMQPConfig{URL: ex.URL, Exchange: ex.Name, Logger: quiet}
+	amqpCfg := &rabbitmq.Config{URL: ex.URL, Exchange: ex.Name, Logger: quiet}
 	spec := consumer.PartitionSpec(ex.Name, &consumer.Config{Group: group, Partitions: partitions, QueueType: queue})
 	spec.Patterns = []string{Step{}.EventType()}
-	require.NoError(b, messaging.DeclarePartitions(ctx, amqpCfg, spec))
-	pub, err := messaging.NewConfirmPublisher(amqpCfg)
+	require.NoError(b, rabbitmq.DeclarePartitions(ctx, amqpCfg, spec))
+	pub, err := rabbitmq.NewConfirmPublisher(ctx, amqpCfg)
 	require.NoError(b, err)
 	defer pub.Close()
 	for v := range messages / 400 { // a batch per version: pipelined confirms
@@ -163,7 +164,7 @@ func latencyRun(b *testing.B, rate, size int, wait time.Duration) []time.Duratio
 	require.NoError(b, db.AutoMigrate(&Effect{}))
 	group := "lat" + ex.Name[3:]
 	ex.Partitioned(group, partitions)
-	amqpCfg := &messaging.AMQPConfig{URL: ex.URL, Exchange: ex.Name, Logger: quiet}
+	amqpCfg := &rabbitmq.Config{URL: ex.URL, Exchange: ex.Name, Logger: quiet}
 	cfg := consumer.DefaultConfig(group)
 	cfg.Partitions, cfg.BatchSize, cfg.BatchWait, cfg.Logger = partitions, size, wait, quiet
 	c, err := consumer.NewAMQP(ctx, db, amqpCfg, cfg)
@@ -193,7 +194,7 @@ func latencyRun(b *testing.B, rate, size int, wait time.Duration) []time.Duratio
 		<-done
 	}()
 	<-c.Running()
-	pub, err := messaging.NewAMQPPublisher(amqpCfg)
+	pub, err := rabbitmq.NewPublisher(b.Context(), amqpCfg)
 	require.NoError(b, err)
 	defer pub.Close()
 	b.StartTimer()

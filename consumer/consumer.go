@@ -28,6 +28,7 @@ import (
 	"github.com/bentoevents/bento/internal/dberr"
 	"github.com/bentoevents/bento/internal/tracing"
 	"github.com/bentoevents/bento/messaging"
+	"github.com/bentoevents/bento/rabbitmq"
 	"github.com/bentoevents/bento/uow"
 )
 
@@ -113,8 +114,8 @@ const (
 	DefaultPartitions = 16
 	// DefaultDeliveryLimit is how many times a quorum partition queue
 	// delivers a message again before RabbitMQ dead-letters it:
-	// messaging.DefaultDeliveryLimit.
-	DefaultDeliveryLimit = messaging.DefaultDeliveryLimit
+	// rabbitmq.DefaultDeliveryLimit.
+	DefaultDeliveryLimit = rabbitmq.DefaultDeliveryLimit
 	// DefaultTakeoverTime bounds how long the partitions of an instance
 	// that died wait before another instance takes them over.
 	DefaultTakeoverTime = 10 * time.Second
@@ -201,13 +202,13 @@ type Config struct {
 	// table) and move when one starts, stops or dies (see TakeoverTime).
 	// Every instance of a group must use the same count. On RabbitMQ it
 	// needs the consistent-hash exchange plugin (see
-	// messaging.DeclarePartitions). A negative value means no partitions:
+	// rabbitmq.DeclarePartitions). A negative value means no partitions:
 	// one queue, "<group>", with Subscriptions competing subscriptions and
 	// no order. Defaults to DefaultPartitions (16).
 	Partitions int
 	// QueueType is the RabbitMQ type of the partition queues:
-	// messaging.Quorum or messaging.Classic. Defaults to messaging.Quorum.
-	QueueType messaging.QueueType
+	// rabbitmq.Quorum or rabbitmq.Classic. Defaults to rabbitmq.Quorum.
+	QueueType rabbitmq.QueueType
 	// DeliveryLimit is, for quorum partition queues, how many times a
 	// message is delivered again (after the process handling it died, or a
 	// partition moved) before RabbitMQ dead-letters it: it stops a message
@@ -369,7 +370,7 @@ func (c *Config) withDefaults() (Config, error) {
 // have declared the group's partition queues, and Subscribe(ctx,
 // messaging.PartitionQueue(group, p)) must consume partition p, with a
 // single active consumer across every instance, as the subscribers of
-// messaging.NewPartitionSubscriber and MemoryBus.PartitionSubscriber do.
+// rabbitmq.NewPartitionSubscriber and MemoryBus.PartitionSubscriber do.
 type SubscriberFactory func(patterns []string) (message.Subscriber, error)
 
 // Consumer runs typed handlers for one consumer group: each message is
@@ -508,43 +509,43 @@ func NewMemory(db *gorm.DB, bus *messaging.MemoryBus, cfg *Config) (*Consumer, e
 
 // NewAMQP returns a consumer of group cfg.Group on RabbitMQ. With
 // cfg.Partitions, it reads the group's partition queues, declared by Run
-// with messaging.DeclarePartitions (see PartitionSpec) and bound on
+// with rabbitmq.DeclarePartitions (see PartitionSpec) and bound on
 // amqpCfg.Exchange to the event types of its handlers; it needs RabbitMQ's
 // consistent-hash exchange plugin, and Run fails with
-// messaging.ErrHashExchangeMissing without it. Without Partitions, it reads
+// rabbitmq.ErrHashExchangeMissing without it. Without Partitions, it reads
 // the durable queue named after the group. Dead letters go to the exchange
 // "<exchange>.dead" with routing key DeadLetterTopic(group), bound to the
 // durable queue "<group>.dead", declared here, so they never mix with
 // events; the partition queues' delivery limit sends poison there too.
 // The zero fields of amqpCfg and cfg take their defaults.
 //
-// Errors: ErrInvalidConfig, messaging.ErrInvalidConfig (a nil amqpCfg
+// Errors: ErrInvalidConfig, rabbitmq.ErrInvalidConfig (a nil amqpCfg
 // names no URL), or the broker's error.
-func NewAMQP(ctx context.Context, db *gorm.DB, amqpCfg *messaging.AMQPConfig, cfg *Config) (*Consumer, error) {
+func NewAMQP(ctx context.Context, db *gorm.DB, amqpCfg *rabbitmq.Config, cfg *Config) (*Consumer, error) {
 	resolved, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
 	cfg = &resolved
 	deadCfg := conf.Value(amqpCfg)
-	deadCfg.Exchange = amqpCfg.ExchangeName() + ".dead"
+	deadCfg.Exchange = DeadLetterExchange(amqpCfg.ExchangeName())
 	topic := DeadLetterTopic(cfg.Group)
-	if err := messaging.DeclareQueue(ctx, &deadCfg, DeadLetterQueue(cfg.Group), topic); err != nil {
+	if err := rabbitmq.DeclareQueue(ctx, &deadCfg, DeadLetterQueue(cfg.Group), topic); err != nil {
 		return nil, fmt.Errorf("consumer: declare dead-letter queue: %w", err)
 	}
-	dead, err := messaging.NewAMQPPublisher(&deadCfg)
+	dead, err := rabbitmq.NewPublisher(ctx, &deadCfg)
 	if err != nil {
 		return nil, fmt.Errorf("consumer: dead-letter publisher: %w", err)
 	}
 	newSub := func(patterns []string) (message.Subscriber, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
 		if cfg.Partitions > 0 {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
 			spec := PartitionSpec(amqpCfg.ExchangeName(), cfg)
 			spec.Patterns, spec.Prefetch = patterns, cfg.BatchSize
-			return messaging.NewPartitionSubscriber(ctx, amqpCfg, spec)
+			return rabbitmq.NewPartitionSubscriber(ctx, amqpCfg, spec)
 		}
-		return messaging.NewAMQPSubscriber(amqpCfg, cfg.Group, patterns...)
+		return rabbitmq.NewSubscriber(ctx, amqpCfg, cfg.Group, patterns...)
 	}
 	c, err := newConsumer(db, newSub, dead, topic, cfg, tracing.SystemRabbitMQ)
 	if err != nil {
@@ -553,21 +554,21 @@ func NewAMQP(ctx context.Context, db *gorm.DB, amqpCfg *messaging.AMQPConfig, cf
 	}
 	c.closers = append(c.closers, dead.Close)
 	deadQueue := DeadLetterQueue(cfg.Group)
-	c.deadDepth = func(ctx context.Context) (int, error) { return messaging.QueueDepth(ctx, amqpCfg, deadQueue) }
+	c.deadDepth = func(ctx context.Context) (int, error) { return rabbitmq.QueueDepth(ctx, amqpCfg, deadQueue) }
 	return c, nil
 }
 
 // PartitionSpec returns the partition queues of the consumer group cfg
 // describes, on the exchange named exchange: what NewAMQP's consumer
-// declares. Declare them with messaging.DeclarePartitions before the first
+// declares. Declare them with rabbitmq.DeclarePartitions before the first
 // events of the group's types are relayed, so none is missed, with the
 // event types the group handles as Patterns (this leaves Patterns empty).
 // cfg's zero fields take their defaults (a nil cfg is a zero Config).
-func PartitionSpec(exchange string, cfg *Config) messaging.PartitionSpec {
+func PartitionSpec(exchange string, cfg *Config) rabbitmq.PartitionSpec {
 	c, _ := cfg.withDefaults() // a bad config fails when the spec is declared
-	return messaging.PartitionSpec{
+	return rabbitmq.PartitionSpec{
 		Group: c.Group, Count: c.Partitions, QueueType: c.QueueType, DeliveryLimit: c.DeliveryLimit,
-		DeadExchange: exchange + ".dead", DeadKey: DeadLetterTopic(c.Group),
+		DeadExchange: DeadLetterExchange(exchange), DeadKey: DeadLetterTopic(c.Group),
 	}
 }
 

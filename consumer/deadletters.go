@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 
 	"github.com/bentoevents/bento/messaging"
+	"github.com/bentoevents/bento/rabbitmq"
 )
 
 // CausePoison is the cause of a dead letter the broker sent to the group's
@@ -104,6 +105,11 @@ func deadLetterOf(msg *message.Message) DeadLetter {
 // DeadLetterQueue is the queue of group's dead letters: "<group>.dead".
 func DeadLetterQueue(group string) string { return group + ".dead" }
 
+// DeadLetterExchange is the exchange a consumer on RabbitMQ publishes the
+// dead letters of its group to: "<exchange>.dead", for the group's events
+// exchange.
+func DeadLetterExchange(exchange string) string { return exchange + ".dead" }
+
 // deadLimit bounds how many dead letters one call looks at.
 const deadLimit = 100_000
 
@@ -112,7 +118,7 @@ const deadLimit = 100_000
 // the queue.
 //
 // Errors: messaging.ErrQueueNotFound, or the broker's.
-func ListDeadLetters(ctx context.Context, cfg *messaging.AMQPConfig, group string, f DeadFilter, limit int) ([]DeadLetter, error) {
+func ListDeadLetters(ctx context.Context, cfg *rabbitmq.Config, group string, f DeadFilter, limit int) ([]DeadLetter, error) {
 	return collectDead(ctx, cfg, group, f, limit, nil)
 }
 
@@ -120,17 +126,17 @@ func ListDeadLetters(ctx context.Context, cfg *messaging.AMQPConfig, group strin
 // up to limit of those f selects. act, when not nil, is called on each of
 // them and says what becomes of its message; one it fails for is not
 // returned, and its error ends the browse.
-func collectDead(ctx context.Context, cfg *messaging.AMQPConfig, group string, f DeadFilter, limit int,
-	act func(d DeadLetter, msg *message.Message) (messaging.Browse, error),
+func collectDead(ctx context.Context, cfg *rabbitmq.Config, group string, f DeadFilter, limit int,
+	act func(d DeadLetter, msg *message.Message) (rabbitmq.Browse, error),
 ) ([]DeadLetter, error) {
 	var out []DeadLetter
 	now := time.Now()
-	err := messaging.BrowseQueue(ctx, cfg, DeadLetterQueue(group), deadLimit, func(msg *message.Message) (messaging.Browse, error) {
+	err := rabbitmq.BrowseQueue(ctx, cfg, DeadLetterQueue(group), deadLimit, func(msg *message.Message) (rabbitmq.Browse, error) {
 		d := deadLetterOf(msg)
 		if len(out) >= limit || !f.match(d, now) {
-			return messaging.Browse{}, nil
+			return rabbitmq.Browse{}, nil
 		}
-		var b messaging.Browse
+		var b rabbitmq.Browse
 		if act != nil {
 			var err error
 			if b, err = act(d, msg); err != nil {
@@ -153,10 +159,10 @@ func collectDead(ctx context.Context, cfg *messaging.AMQPConfig, group string, f
 // It returns the dead letters it replayed.
 //
 // Errors: messaging.ErrQueueNotFound, or the broker's.
-func ReplayDeadLetters(ctx context.Context, cfg *messaging.AMQPConfig, group string, f DeadFilter) ([]DeadLetter, error) {
-	return collectDead(ctx, cfg, group, f, deadLimit, func(d DeadLetter, msg *message.Message) (messaging.Browse, error) {
+func ReplayDeadLetters(ctx context.Context, cfg *rabbitmq.Config, group string, f DeadFilter) ([]DeadLetter, error) {
+	return collectDead(ctx, cfg, group, f, deadLimit, func(d DeadLetter, msg *message.Message) (rabbitmq.Browse, error) {
 		if d.EventType == "" {
-			return messaging.Browse{}, fmt.Errorf("consumer: dead letter %s has no event type to route it by", d.MessageID)
+			return rabbitmq.Browse{}, fmt.Errorf("consumer: dead letter %s has no event type to route it by", d.MessageID)
 		}
 		for _, k := range []string{MetaDeadCause, MetaDeadReason, MetaDeadAt, MetaDeadAttempts, "x-death", "x-first-death-exchange",
 			"x-first-death-queue", "x-first-death-reason", middleware.PoisonedTopicKey, middleware.PoisonedHandlerKey,
@@ -164,7 +170,7 @@ func ReplayDeadLetters(ctx context.Context, cfg *messaging.AMQPConfig, group str
 			delete(msg.Metadata, k)
 		}
 		msg.Metadata.Set(MetaReplays, strconv.Itoa(d.Replays+1))
-		return messaging.Browse{Republish: d.EventType, Remove: true}, nil
+		return rabbitmq.Browse{Republish: d.EventType, Remove: true}, nil
 	})
 }
 
@@ -173,8 +179,8 @@ func ReplayDeadLetters(ctx context.Context, cfg *messaging.AMQPConfig, group str
 // discarded dead letter (Consumer.Release) so its parked events go on.
 //
 // Errors: messaging.ErrQueueNotFound, or the broker's.
-func DiscardDeadLetters(ctx context.Context, cfg *messaging.AMQPConfig, group string, f DeadFilter) ([]DeadLetter, error) {
-	return collectDead(ctx, cfg, group, f, deadLimit, func(DeadLetter, *message.Message) (messaging.Browse, error) {
-		return messaging.Browse{Remove: true}, nil
+func DiscardDeadLetters(ctx context.Context, cfg *rabbitmq.Config, group string, f DeadFilter) ([]DeadLetter, error) {
+	return collectDead(ctx, cfg, group, f, deadLimit, func(DeadLetter, *message.Message) (rabbitmq.Browse, error) {
+		return rabbitmq.Browse{Remove: true}, nil
 	})
 }

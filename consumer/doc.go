@@ -13,7 +13,7 @@
 // and deal them again when one starts, stops or dies, within
 // [Config].TakeoverTime; one instance handles its partitions in parallel.
 // On RabbitMQ the partition queues sit behind the consistent-hash exchange
-// plugin (see [PartitionSpec] and messaging.DeclarePartitions) and are
+// plugin (see [PartitionSpec] and rabbitmq.DeclarePartitions) and are
 // quorum queues whose delivery limit dead-letters a message that keeps
 // crashing its consumers.
 // Handlers registered with [Handle] (a [HandlerFunc]) run inside the

@@ -20,6 +20,7 @@ import (
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/projector"
+	"github.com/bentoevents/bento/rabbitmq"
 	"github.com/bentoevents/bento/uow"
 )
 
@@ -44,7 +45,7 @@ func TestEndToEndExactlyOnce(t *testing.T) {
 		handler := func(ctx context.Context, tx *gorm.DB, e OrderPlaced, env *messaging.Envelope) error {
 			return tx.Create(&Effect{MessageID: env.ID}).Error
 		}
-		newConsumer := func(amqpCfg *messaging.AMQPConfig) *consumer.Consumer {
+		newConsumer := func(amqpCfg *rabbitmq.Config) *consumer.Consumer {
 			var c *consumer.Consumer
 			if amqpCfg != nil {
 				var err error
@@ -88,7 +89,7 @@ func TestEndToEndExactlyOnce(t *testing.T) {
 		// Two projectors relay while the units of work commit.
 		var pub message.Publisher
 		if h.amqp != nil {
-			p, err := messaging.NewAMQPPublisher(h.amqp)
+			p, err := rabbitmq.NewPublisher(t.Context(), h.amqp)
 			require.NoError(t, err)
 			defer p.Close()
 			pub = p

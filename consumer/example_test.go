@@ -35,7 +35,7 @@ func ExampleConsumer() {
 	_ = inbox.Migrate(ctx, db)
 	_ = db.AutoMigrate(&Shipment{})
 
-	bus := messaging.NewMemoryBus() // messaging.NewAMQPSubscriber & co. for RabbitMQ: consumer.NewAMQP
+	bus := messaging.NewMemoryBus() // rabbitmq.NewSubscriber & co. for RabbitMQ: consumer.NewAMQP
 	cfg := consumer.DefaultConfig("shipping")
 	cfg.Logger = quiet
 	shipping, err := consumer.NewMemory(db, bus, cfg)

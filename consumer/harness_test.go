@@ -17,6 +17,7 @@ import (
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/rabbitmq"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -33,7 +34,7 @@ type harness struct {
 	// any others there are.
 	deadLetters func(t *testing.T, group string, n int) []*message.Message
 	// amqp is the broker config (nil on the in-memory bus).
-	amqp *messaging.AMQPConfig
+	amqp *rabbitmq.Config
 	// bus is the in-memory bus (nil on RabbitMQ).
 	bus *messaging.MemoryBus
 }
@@ -101,8 +102,8 @@ func rabbitHarness(t *testing.T) *harness {
 	ex := testenv.NewExchange(t)
 	u := ex.URL
 	db, _ := testenv.Postgres(t)
-	cfg := &messaging.AMQPConfig{URL: u, Exchange: ex.Name, Logger: quiet}
-	pub, err := messaging.NewAMQPPublisher(cfg)
+	cfg := &rabbitmq.Config{URL: u, Exchange: ex.Name, Logger: quiet}
+	pub, err := rabbitmq.NewPublisher(t.Context(), cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
 	return &harness{

@@ -28,6 +28,7 @@ import (
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/rabbitmq"
 )
 
 // Step is event n of an aggregate in the order tests.
@@ -90,7 +91,7 @@ func orderWorker(name string) error {
 	cfg.CloseTimeout = 5 * time.Second
 	cfg.Logger = log
 	c, err := consumer.NewAMQP(context.Background(), db,
-		&messaging.AMQPConfig{URL: os.Getenv(envWorkerAMQP), Exchange: os.Getenv(envWorkerEx), Logger: log}, cfg)
+		&rabbitmq.Config{URL: os.Getenv(envWorkerAMQP), Exchange: os.Getenv(envWorkerEx), Logger: log}, cfg)
 	if err != nil {
 		return err
 	}
@@ -203,7 +204,7 @@ func TestPartitionsKeepOrderAcrossKilledWorkersAndADatabaseOutage(t *testing.T) 
 	}
 	testenv.WaitFor(t, 60*time.Second, "4 workers joined", func() bool { return members() == 4 })
 
-	pub, err := messaging.NewAMQPPublisher(b.amqp)
+	pub, err := rabbitmq.NewPublisher(t.Context(), b.amqp)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
 	applied := func() int64 { return b.applied(t) }
@@ -236,7 +237,7 @@ type orderedBed struct {
 	dsn   string
 	ex    *testenv.Exchange
 	group string
-	amqp  *messaging.AMQPConfig
+	amqp  *rabbitmq.Config
 }
 
 func newOrderedBed(t *testing.T) *orderedBed {
@@ -249,12 +250,12 @@ func newOrderedBed(t *testing.T) *orderedBed {
 	ex := testenv.NewExchange(t)
 	group := "ordered" + strconv.FormatInt(time.Now().UnixNano()%1e6, 10)
 	ex.Partitioned(group, orderPartitions)
-	amqpCfg := &messaging.AMQPConfig{URL: ex.URL, Exchange: ex.Name, Logger: quiet}
+	amqpCfg := &rabbitmq.Config{URL: ex.URL, Exchange: ex.Name, Logger: quiet}
 	ccfg := consumer.DefaultConfig(group)
 	ccfg.Partitions = orderPartitions
 	spec := consumer.PartitionSpec(ex.Name, ccfg)
 	spec.Patterns = []string{Step{}.EventType()}
-	require.NoError(t, messaging.DeclarePartitions(ctx, amqpCfg, spec))
+	require.NoError(t, rabbitmq.DeclarePartitions(ctx, amqpCfg, spec))
 	return &orderedBed{db: db, dsn: dsn, ex: ex, group: group, amqp: amqpCfg}
 }
 
@@ -305,7 +306,7 @@ func TestBatchesSurviveRepeatedKills(t *testing.T) {
 	testenv.Stress(t)
 	const aggregates, events, kills = 100, 30, 6
 	b := newOrderedBed(t)
-	pub, err := messaging.NewAMQPPublisher(b.amqp)
+	pub, err := rabbitmq.NewPublisher(t.Context(), b.amqp)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
 	for v := int64(1); v <= events; v++ {

@@ -21,6 +21,7 @@ import (
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
 	"github.com/bentoevents/bento/projector"
+	"github.com/bentoevents/bento/rabbitmq"
 	"github.com/bentoevents/bento/uow"
 )
 
@@ -112,7 +113,7 @@ func TestTraceFromCommitToHandler(t *testing.T) {
 		var pub message.Publisher = h.bus
 		system := "bento_memory"
 		if h.amqp != nil {
-			cp, err := messaging.NewConfirmPublisher(h.amqp)
+			cp, err := rabbitmq.NewConfirmPublisher(t.Context(), h.amqp)
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = cp.Close() })
 			pub, system = cp, "rabbitmq"

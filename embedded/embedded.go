@@ -31,7 +31,7 @@ type Config struct {
 	// none.
 	DB *gorm.DB
 	// Publisher, when set, is where the projector publishes instead of an
-	// in-memory bus: RabbitMQ in production (messaging.NewConfirmPublisher),
+	// in-memory bus: RabbitMQ in production (rabbitmq.NewConfirmPublisher),
 	// say. Stack.Bus is then nil and Close does not close it. Defaults to
 	// none: a new messaging.MemoryBus.
 	Publisher message.Publisher

@@ -31,8 +31,8 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/consumer"
-	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/rabbitmq"
 )
 
 // DefaultTimeout bounds each check of Ready when Config.Timeout is zero.
@@ -163,8 +163,8 @@ func Database(db *gorm.DB) Check {
 }
 
 // Broker checks that the RabbitMQ broker of cfg accepts a connection.
-func Broker(cfg *messaging.AMQPConfig) Check {
-	return Check{Name: "broker", Run: func(ctx context.Context) error { return messaging.Ping(ctx, cfg) }}
+func Broker(cfg *rabbitmq.Config) Check {
+	return Check{Name: "broker", Run: func(ctx context.Context) error { return rabbitmq.Ping(ctx, cfg) }}
 }
 
 // ErrRelayBehind is the error of a Relay check whose oldest pending event

@@ -27,6 +27,7 @@ import (
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/rabbitmq"
 )
 
 // ask serves one request to h and decodes the answer.
@@ -127,12 +128,12 @@ func TestChecksOfBento(t *testing.T) {
 	assert.Error(t, run(health.Database(closed)))
 
 	ex := testenv.NewExchange(t)
-	assert.NoError(t, run(health.Broker(&messaging.AMQPConfig{URL: ex.URL, Exchange: ex.Name})))
+	assert.NoError(t, run(health.Broker(&rabbitmq.Config{URL: ex.URL, Exchange: ex.Name})))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	dead := ln.Addr().String()
 	require.NoError(t, ln.Close())
-	assert.Error(t, run(health.Broker(&messaging.AMQPConfig{URL: "amqp://guest:guest@" + dead + "/", Exchange: ex.Name})))
+	assert.Error(t, run(health.Broker(&rabbitmq.Config{URL: "amqp://guest:guest@" + dead + "/", Exchange: ex.Name})))
 
 	store, err := outbox.NewStore(db, nil)
 	require.NoError(t, err)
@@ -196,7 +197,7 @@ func TestReadinessFollowsCutLinks(t *testing.T) {
 	ex := testenv.NewExchange(t)
 	amqpURL, amqpProxy := proxied(t, ex.URL)
 	ready := health.Ready(&health.Config{Timeout: time.Second},
-		health.Database(db), health.Broker(&messaging.AMQPConfig{URL: amqpURL, Exchange: ex.Name}))
+		health.Database(db), health.Broker(&rabbitmq.Config{URL: amqpURL, Exchange: ex.Name}))
 	failing := func() []string {
 		code, a := ask(t, ready)
 		var names []string

@@ -38,6 +38,7 @@ import (
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
 	"github.com/bentoevents/bento/partition"
+	"github.com/bentoevents/bento/rabbitmq"
 )
 
 // Defaults of Config.
@@ -90,7 +91,7 @@ type Config struct {
 	// queue was bound for their type), by event type, in the gauge
 	// bento_unroutable_events (of the oldest 10,000), and logs each type
 	// found, with how to replay them. Defaults to none.
-	Unroutable *messaging.AMQPConfig
+	Unroutable *rabbitmq.Config
 	// Logger receives a line per run of a job. Defaults to slog.Default().
 	Logger *slog.Logger
 	// Registerer, when set, receives the metrics. Defaults to none.
@@ -219,7 +220,7 @@ func prepare(cfg *Config, m metrics) (Config, []job, error) {
 // countUnroutable counts the parked events by type, sets the gauge and
 // logs each type.
 func countUnroutable(ctx context.Context, c Config, gauge *prometheus.GaugeVec) error {
-	parked, err := messaging.ListUnroutable(ctx, c.Unroutable, nil, unroutableScan)
+	parked, err := rabbitmq.ListUnroutable(ctx, c.Unroutable, nil, unroutableScan)
 	if err != nil {
 		return err
 	}
@@ -232,7 +233,7 @@ func countUnroutable(ctx context.Context, c Config, gauge *prometheus.GaugeVec) 
 		gauge.WithLabelValues(t).Set(float64(n))
 		c.Logger.Warn("housekeeping: events were relayed while no queue was bound for their type; "+
 			"if a group consumes it, declare its queues and run: bento unroutable replay --event-type "+t,
-			"event_type", t, "parked", n, "queue", messaging.UnroutableQueue(c.Unroutable.ExchangeName()))
+			"event_type", t, "parked", n, "queue", rabbitmq.UnroutableQueue(c.Unroutable.ExchangeName()))
 	}
 	return nil
 }

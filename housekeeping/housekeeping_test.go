@@ -18,6 +18,7 @@ import (
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/rabbitmq"
 )
 
 // seed writes, for each job, a row past its retention and one within it:
@@ -220,8 +221,8 @@ func TestThreeInstancesRunEachJobOncePerPeriod(t *testing.T) {
 // the events parked in the exchange's unroutable queue by event type.
 func TestUnroutableEventsAreCounted(t *testing.T) {
 	ex := testenv.NewExchange(t)
-	amqpCfg := &messaging.AMQPConfig{URL: ex.URL, Exchange: ex.Name}
-	pub, err := messaging.NewAMQPPublisher(amqpCfg)
+	amqpCfg := &rabbitmq.Config{URL: ex.URL, Exchange: ex.Name}
+	pub, err := rabbitmq.NewPublisher(t.Context(), amqpCfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
 	for i, typ := range []string{"late.event", "late.event", "other.event"} {
@@ -230,7 +231,7 @@ func TestUnroutableEventsAreCounted(t *testing.T) {
 		require.NoError(t, pub.Publish(typ, m))
 	}
 	testenv.WaitFor(t, 20*time.Second, "the events parked", func() bool {
-		n, err := messaging.QueueDepth(t.Context(), amqpCfg, messaging.UnroutableQueue(ex.Name))
+		n, err := rabbitmq.QueueDepth(t.Context(), amqpCfg, rabbitmq.UnroutableQueue(ex.Name))
 		return err == nil && n == 3
 	})
 	db := testenv.SQLite(t)
@@ -252,7 +253,7 @@ func TestUnroutableEventsAreCounted(t *testing.T) {
 		return 0
 	}
 	testenv.WaitFor(t, 20*time.Second, "the counts", func() bool { return gauge("late.event") == 2 && gauge("other.event") == 1 })
-	n, err := messaging.QueueDepth(t.Context(), amqpCfg, messaging.UnroutableQueue(ex.Name))
+	n, err := rabbitmq.QueueDepth(t.Context(), amqpCfg, rabbitmq.UnroutableQueue(ex.Name))
 	require.NoError(t, err)
 	assert.Equal(t, 3, n, "counting leaves them parked")
 }

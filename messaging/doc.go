@@ -1,8 +1,11 @@
-// Package messaging carries domain events between processes: the wire format
-// that maps an outbox row to a watermill message and back, an in-memory bus
-// for development and tests, and a RabbitMQ publisher and subscriber built on
-// watermill-amqp/v2. Both buses route with AMQP topic-exchange semantics, so
-// code tested on the in-memory bus behaves the same on RabbitMQ.
+// Package messaging carries domain events between processes, whatever the
+// bus: the wire format that maps an outbox row to a watermill message and
+// back, the event registry that turns a message back into a Go value, the
+// name rules of topics, binding patterns and consumer groups, partition
+// keys, and an in-memory bus for development and tests. The RabbitMQ bus is
+// package rabbitmq, built on this one. Both buses route with AMQP
+// topic-exchange semantics, so code tested on the in-memory bus behaves the
+// same on RabbitMQ.
 //
 // # Wire format
 //
@@ -22,10 +25,10 @@
 //
 // [Decode] reads a delivered message back into an [Envelope] and fails with
 // a [*DecodeError] (wrapping [ErrMalformedMessage]) that names the missing or
-// invalid key. On RabbitMQ each metadata entry is an AMQP header, the UUID
-// travels in the _watermill_message_uuid header and in the MessageId
-// property, the content type is application/json and delivery is
-// persistent.
+// invalid key. On RabbitMQ (package rabbitmq) each metadata entry is an
+// AMQP header, the UUID travels in the _watermill_message_uuid header and in
+// the MessageId property, the content type is application/json and delivery
+// is persistent.
 //
 // # In-memory bus
 //
@@ -39,7 +42,7 @@
 //     is attached.
 //   - [MemoryBus.Publish] copies each message into every queue with a matching
 //     binding. When none matches it parks the message in the alternate queue
-//     [MemoryUnroutableQueue], as RabbitMQ parks it in [UnroutableQueue], so
+//     [MemoryUnroutableQueue], as RabbitMQ parks it in its unroutable queue, so
 //     an event no group consumes does not hold back its aggregate. Without an
 //     alternate queue ([MemoryBus.DeclareAlternate] with "") it fails with
 //     [ErrUnroutable] and delivers nothing.
@@ -49,72 +52,22 @@
 //     UUID. Messages of a queue are delivered in the order they were published
 //     (a nacked one goes back to the head).
 //
-// # RabbitMQ topology
-//
-// [NewAMQPPublisher], [NewAMQPSubscriber], [DeclareTopology] and
-// [DeclareQueue] all declare the same topology, configured by [AMQPConfig]:
-//
-//   - the main exchange, a durable topic exchange named AMQPConfig.Exchange
-//     ("bento.events" by default), declared with the argument
-//     alternate-exchange = "<exchange>.unroutable". Events are published to
-//     it with the event type as routing key, as persistent messages, with
-//     publisher confirms;
-//   - the alternate exchange "<exchange>.unroutable", a durable fanout
-//     exchange bound to a durable queue of the same name;
-//   - one durable queue per consumer group, named after the group and bound
-//     to the main exchange with each of the group's patterns.
-//
-// The alternate exchange is the answer to a trap of watermill-amqp: it never
-// registers a basic.return listener, so a message that matches no binding
-// would be confirmed by the broker and silently dropped, and the relay would
-// mark it sent. With the alternate exchange such a message lands in the
-// "<exchange>.unroutable" queue instead, where an operator can see it and
-// shovel it back once a binding exists; nothing is lost. Declare consumer
-// queues (DeclareQueue, or NewAMQPSubscriber) before events flow, so that
-// they are routed to their consumers in the first place.
-//
 // # Partitions
 //
 // A partitioned consumer group (package consumer) reads N queues instead of
-// one: [DeclarePartitions] binds a consistent-hash exchange,
-// "<exchange>.hash.<group>" (RabbitMQ's rabbitmq_consistent_hash_exchange
-// plugin; [ErrHashExchangeMissing] without it), to the main exchange with the
-// group's patterns, hashing each message's [MetaPartitionKey], and binds the
-// queues [PartitionQueue](group, 0..N-1) to it. Each partition queue has a
-// single active consumer; quorum queues (the default [QueueType]) carry a
-// delivery limit. An aggregate's events always land in the same partition,
-// in the order they were published. [NewPartitionSubscriber] consumes them
-// one message at a time and gives a message back by closing its channel.
-// The memory bus has the same: [MemoryBus.DeclarePartitions] and
-// [MemoryBus.PartitionSubscriber].
+// one, [PartitionQueue](group, 0..N-1), with a single active consumer each.
+// A message's partition is chosen by its [PartitionKey], so an aggregate's
+// events always land in the same partition, in the order they were
+// published. On the memory bus: [MemoryBus.DeclarePartitions] and
+// [MemoryBus.PartitionSubscriber]; on RabbitMQ: rabbitmq.DeclarePartitions
+// and rabbitmq.NewPartitionSubscriber.
 //
-// RabbitMQ refuses to redeclare an exchange with other arguments
-// (PRECONDITION_FAILED). An exchange of the configured name created by other
-// tools must therefore be a durable topic exchange with exactly the
-// alternate-exchange argument above; otherwise pick another
-// AMQPConfig.Exchange, or delete and recreate it.
+// # Names and shared errors
 //
-// [AMQPPublisher.Publish] waits for the broker's confirm of each message in
-// turn, one round trip per message; throughput comes from calling Publish
-// from several goroutines at once (up to AMQPConfig.ChannelPoolSize run in
-// parallel). While the connection is down Publish fails at once and the
-// publisher reconnects in the background: treat any Publish error as "retry
-// later". It has no deadline of its own (see its doc).
-//
-// [ConfirmPublisher] publishes the same messages to the same topology with
-// pipelined confirms: [ConfirmPublisher.PublishBatch] writes a whole batch,
-// then waits for its confirms together, and reports each message's outcome.
-// Its context bounds it even on a link that stops answering; while the
-// broker blocks publishers (connection.blocked) it writes nothing and fails
-// with [ErrBlocked] when its context ends; a message whose metadata does not
-// fit an AMQP frame fails alone with [ErrMessageTooLarge]; and when the
-// channel or connection fails mid-batch, the messages not yet confirmed are
-// published again, so that only the message that causes the failure fails.
-//
-// The subscriber accepts messages from producers other than
-// watermill: headers that are not strings (such as RabbitMQ's x-death) are
-// turned into strings, and without a watermill UUID header the UUID is the
-// AMQP MessageId.
+// [ValidateTopic], [ValidatePatterns], [ValidateGroup] and
+// [ValidateExchange] are the name rules both buses apply ([ErrInvalidName]).
+// [ErrClosed], [ErrQueueNotFound] and [ErrMessageTooLarge] mean the same on
+// every bus; [Outgoing] is one message of a batch publish.
 //
 // # Event registry
 //

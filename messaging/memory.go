@@ -11,8 +11,10 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/bentoevents/bento/internal/ack"
 	"github.com/bentoevents/bento/internal/clip"
 	"github.com/bentoevents/bento/internal/closing"
+	"github.com/bentoevents/bento/internal/tracing"
 )
 
 var (
@@ -21,6 +23,9 @@ var (
 	ErrUnroutable = errors.New("messaging: unroutable message")
 	// ErrClosed is returned by publishers and subscribers used after Close.
 	ErrClosed = errors.New("messaging: bus closed")
+	// ErrInvalidConfig is returned by [MemoryBus.DeclarePartitions] for a
+	// partition count outside 1..MaxPartitions or other than the group's.
+	ErrInvalidConfig = errors.New("messaging: invalid config")
 )
 
 // MemoryBus is an in-process message broker with the routing semantics of a
@@ -51,7 +56,7 @@ func (b *MemoryBus) declared(queue string) bool {
 
 // MemoryUnroutableQueue is the alternate queue a new [MemoryBus] declares:
 // it keeps the messages no binding matches, as the alternate exchange
-// bento declares on RabbitMQ keeps them in [UnroutableQueue].
+// bento declares on RabbitMQ keeps them in rabbitmq.UnroutableQueue.
 const MemoryUnroutableQueue = "bento.unroutable"
 
 // DeclareAlternate makes queue the bus's alternate queue, like a RabbitMQ
@@ -67,7 +72,7 @@ func (b *MemoryBus) DeclareAlternate(queue string) error {
 		b.alternate = nil
 		return nil
 	}
-	if err := validateGroup(queue); err != nil {
+	if err := ValidateGroup(queue); err != nil {
 		return fmt.Errorf("declare alternate: %w", err)
 	}
 	q, err := b.declareLocked(queue, nil)
@@ -155,7 +160,7 @@ func NewMemoryBus() *MemoryBus {
 // It returns an error wrapping [ErrInvalidName] for a bad group or pattern,
 // and [ErrClosed] after Close.
 func (b *MemoryBus) DeclareQueue(group string, patterns ...string) error {
-	if err := errors.Join(validateGroup(group), validatePatterns(patterns)); err != nil {
+	if err := errors.Join(ValidateGroup(group), ValidatePatterns(patterns)); err != nil {
 		return fmt.Errorf("declare queue: %w", err)
 	}
 	b.mu.Lock()
@@ -193,7 +198,7 @@ func (b *MemoryBus) declareLocked(group string, patterns []string) (*memQueue, e
 // It returns an error wrapping [ErrInvalidName] for a malformed topic, and
 // [ErrClosed] after Close.
 func (b *MemoryBus) Publish(topic string, msgs ...*message.Message) error {
-	if err := validateTopic(topic); err != nil {
+	if err := ValidateTopic(topic); err != nil {
 		return fmt.Errorf("publish: %w", err)
 	}
 	if slices.Contains(msgs, nil) {
@@ -252,7 +257,7 @@ func (b *MemoryBus) routesLocked(topic string) []route {
 // as a set, to each pattern: a matching message goes to exactly one of them,
 // chosen by its partition key (see [PartitionKey]), so an aggregate's events
 // stay in one queue in the order they were published. Each partition queue
-// has a single active consumer, as declared by [DeclarePartitions] on
+// has a single active consumer, as declared by rabbitmq.DeclarePartitions on
 // RabbitMQ: of the subscriptions to it (Subscriber(PartitionQueue(group, p))
 // with no patterns), the first receives its messages, one at a time; the
 // next takes over, unacked messages first, when it ends.
@@ -261,7 +266,7 @@ func (b *MemoryBus) routesLocked(topic string) []route {
 // [ErrInvalidConfig] for a count outside 1..MaxPartitions or other than the
 // group's declared count, and [ErrClosed] after Close.
 func (b *MemoryBus) DeclarePartitions(group string, n int, patterns ...string) error {
-	if err := errors.Join(validateGroup(group), validatePatterns(patterns)); err != nil {
+	if err := errors.Join(ValidateGroup(group), ValidatePatterns(patterns)); err != nil {
 		return fmt.Errorf("declare partitions: %w", err)
 	}
 	if n < 1 || n > MaxPartitions {
@@ -457,7 +462,7 @@ func (b *MemoryBus) Subscriber(group string, patterns ...string) message.Subscri
 // does, but with up to prefetch messages in hand at a time (0 means 1):
 // they are handed out in queue order, acked ones are dropped in that order,
 // and a Nack gives back the nacked message and every later one in hand, in
-// order. It is the memory bus's counterpart of [NewPartitionSubscriber].
+// order. It is the memory bus's counterpart of rabbitmq.NewPartitionSubscriber.
 func (b *MemoryBus) PartitionSubscriber(prefetch int) message.Subscriber {
 	return &queueSubscriber{bus: b, prefetch: max(prefetch, 1)}
 }
@@ -503,11 +508,11 @@ type memSubscriber struct {
 
 // Subscribe implements message.Subscriber; topic is ignored.
 func (s *memSubscriber) Subscribe(ctx context.Context, _ string) (<-chan *message.Message, error) {
-	if err := validateGroup(s.group); err != nil {
+	if err := ValidateGroup(s.group); err != nil {
 		return nil, fmt.Errorf("subscribe: %w", err)
 	}
 	if len(s.patterns) > 0 || !s.bus.declared(s.group) {
-		if err := validatePatterns(s.patterns); err != nil {
+		if err := ValidatePatterns(s.patterns); err != nil {
 			return nil, fmt.Errorf("subscribe: %w", err)
 		}
 	}
@@ -581,7 +586,7 @@ func (s *memSubscriber) consume(ctx context.Context, q *memQueue, slot chan *mes
 		for _, h := range window[i:] {
 			h.cancel()
 			b.inflight--
-			if !isAcked(h.d) { // an ack that raced with the end still counts
+			if !ack.Acked(h.d) { // an ack that raced with the end still counts
 				back = append(back, h.orig)
 			}
 		}
@@ -634,7 +639,7 @@ func (s *memSubscriber) consume(ctx context.Context, q *memQueue, slot chan *mes
 			next = nil
 		case <-acked:
 			b.mu.Lock()
-			for len(window) > 0 && isAcked(window[0].d) {
+			for len(window) > 0 && ack.Acked(window[0].d) {
 				window[0].cancel()
 				b.inflight--
 				window = window[1:]
@@ -692,3 +697,7 @@ func (s *memSubscriber) Close() error {
 	s.wg.Wait()
 	return nil
 }
+
+// MessagingSystem returns "bento_memory", the bus's messaging.system name
+// in traces.
+func (b *MemoryBus) MessagingSystem() string { return tracing.SystemMemory }

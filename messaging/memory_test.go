@@ -11,12 +11,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bentoevents/bento/internal/buscheck"
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
 )
 
 // waitFor bounds every wait of these tests.
-const waitFor = 5 * time.Second
+const waitFor = buscheck.WaitFor
 
 func newBus(t *testing.T) *messaging.MemoryBus {
 	t.Helper()
@@ -35,25 +36,13 @@ func subscribe(t *testing.T, s message.Subscriber) <-chan *message.Message {
 // receive returns the next message of ch, failing the test after waitFor.
 func receive(t *testing.T, ch <-chan *message.Message) *message.Message {
 	t.Helper()
-	select {
-	case m, ok := <-ch:
-		require.True(t, ok, "channel closed, want a message")
-		return m
-	case <-time.After(waitFor):
-		t.Fatal("no message within", waitFor)
-		return nil
-	}
+	return buscheck.Receive(t, ch)
 }
 
 // requireClosed waits for ch to be closed, failing on any message.
 func requireClosed(t *testing.T, ch <-chan *message.Message) {
 	t.Helper()
-	select {
-	case m, ok := <-ch:
-		require.False(t, ok, "want closed channel, got message %v", m)
-	case <-time.After(waitFor):
-		t.Fatal("channel not closed within", waitFor)
-	}
+	buscheck.RequireClosed(t, ch)
 }
 
 func msg(id string) *message.Message {

@@ -13,9 +13,9 @@ import (
 // exchange name that does not have the required form.
 var ErrInvalidName = errors.New("messaging: invalid name")
 
-// maxRoutingKeyLen is the AMQP short-string limit on routing keys and
-// exchange names.
-const maxRoutingKeyLen = 255
+// MaxRoutingKeyLen is AMQP's limit on routing keys and exchange names, in
+// bytes (a short string): longer names a broker refuses.
+const MaxRoutingKeyLen = 255
 
 // MatchTopic reports whether topic matches the binding pattern with the
 // semantics of an AMQP topic exchange: both are words separated by '.', a '*'
@@ -55,19 +55,26 @@ func words(s string) []string {
 	return strings.Split(s, ".")
 }
 
-// validateTopic checks a topic (routing key) against the one topic rule
-// (see outbox.ValidateTopic): 1 to 100 bytes of words of ASCII letters,
-// digits, '_' and '-' separated by single dots.
-func validateTopic(topic string) error {
+// The name rules below are bento's one set (internal to it: one topic rule
+// for the outbox and both buses, see outbox.ValidateTopic): the memory bus
+// and package rabbitmq check every name they are given with them, so that
+// code tested on one bus is refused or accepted alike by the other.
+
+// ValidateTopic checks a topic (routing key): 1 to 100 bytes
+// (outbox.MaxTopicLen) of words of ASCII letters, digits, '_' and '-'
+// separated by single dots. It returns an error wrapping [ErrInvalidName]
+// that names the topic.
+func ValidateTopic(topic string) error {
 	if r := wire.Topic(topic); r != "" {
 		return fmt.Errorf("%w: topic %q %s", ErrInvalidName, clip.String(topic), r)
 	}
 	return nil
 }
 
-// validatePatterns checks binding patterns: at least one, each a topic whose
-// words may also be '*' or '#'.
-func validatePatterns(patterns []string) error {
+// ValidatePatterns checks binding patterns: at least one, each a topic whose
+// words may also be '*' or '#'. It returns an error wrapping
+// [ErrInvalidName] for each bad pattern.
+func ValidatePatterns(patterns []string) error {
 	if len(patterns) == 0 {
 		return fmt.Errorf("%w: no binding pattern given", ErrInvalidName)
 	}
@@ -80,14 +87,21 @@ func validatePatterns(patterns []string) error {
 	return errors.Join(errs...)
 }
 
-// validateGroup checks a consumer group name, which is also its queue name.
-func validateGroup(group string) error {
+// ValidateGroup checks a consumer group name, which is also its queue name:
+// 1 to 200 ASCII letters, digits, '_', '.', ':' or '-', not starting with
+// "amq.". It returns an error wrapping [ErrInvalidName].
+func ValidateGroup(group string) error {
 	if r := wire.Name(group); r != "" {
 		return fmt.Errorf("%w: group %q %s", ErrInvalidName, clip.String(group), r)
 	}
 	return nil
 }
 
-// checkName checks a queue or exchange name and returns what is wrong with
-// it, or "".
-func checkName(name string) string { return wire.Name(name) }
+// ValidateExchange checks an exchange name by the same rule as a group
+// name. It returns an error wrapping [ErrInvalidName].
+func ValidateExchange(name string) error {
+	if r := wire.Name(name); r != "" {
+		return fmt.Errorf("%w: exchange %q %s", ErrInvalidName, clip.String(name), r)
+	}
+	return nil
+}

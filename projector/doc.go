@@ -3,8 +3,8 @@
 // An [OutboxProjector] claims a batch of due outbox rows in a short
 // transaction (FOR UPDATE SKIP LOCKED on PostgreSQL) under a lease, publishes
 // them outside any transaction through a Watermill message.Publisher
-// (RabbitMQ via package messaging, the in-memory bus, or any publisher you
-// bring: Kafka, NATS, ...), and records the outcome: the batch is marked sent
+// (RabbitMQ via package rabbitmq, the in-memory bus of package messaging,
+// or any publisher you bring: Kafka, NATS, ...), and records the outcome: the batch is marked sent
 // in one statement (or deleted), a failed event is retried with jittered
 // exponential backoff, and an event that keeps failing ends dead with its last
 // error kept, without holding up the others.

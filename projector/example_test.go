@@ -31,7 +31,7 @@ func ExampleOutboxProjector() {
 	store, _ := outbox.NewStore(db, nil)
 	units, _ := uow.New(db, &uow.Config{Outbox: store})
 
-	// The bus: in memory here, messaging.NewAMQPPublisher for RabbitMQ, or
+	// The bus: in memory here, rabbitmq.NewPublisher for RabbitMQ, or
 	// any Watermill publisher. Declare consumer queues before relaying.
 	bus := messaging.NewMemoryBus()
 	defer bus.Close()

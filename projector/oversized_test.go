@@ -13,6 +13,7 @@ import (
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
 	"github.com/bentoevents/bento/projector"
+	"github.com/bentoevents/bento/rabbitmq"
 )
 
 // TestOversizedEventFailsAlone relays 60 events, one of them with 200 KB of
@@ -50,7 +51,7 @@ func TestOversizedEventFailsAlone(t *testing.T) {
 			return nil
 		}))
 
-		pub, err := messaging.NewConfirmPublisher(cfg)
+		pub, err := rabbitmq.NewConfirmPublisher(t.Context(), cfg)
 		require.NoError(t, err)
 		defer pub.Close()
 		pcfg := fastConfig()

@@ -419,7 +419,7 @@ var errNotTried = errors.New("not tried")
 
 // BatchPublisher is implemented by publishers that can publish a batch of
 // messages of any topics without a broker round trip per message, reporting
-// each message's outcome (such as messaging.ConfirmPublisher). The projector
+// each message's outcome (such as rabbitmq.ConfirmPublisher). The projector
 // hands such a publisher each claimed batch in one call; other publishers
 // get concurrent Publish calls, at most Concurrency at a time.
 type BatchPublisher interface {

@@ -30,26 +30,31 @@ import (
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
 	"github.com/bentoevents/bento/projector"
+	"github.com/bentoevents/bento/rabbitmq"
 )
 
 // rabbit declares a fresh exchange and a queue bound to "counter.*" on the
 // test broker, deleted at cleanup.
-func rabbit(t *testing.T) (*messaging.AMQPConfig, string) {
+func rabbit(t *testing.T) (*rabbitmq.Config, string) {
 	t.Helper()
 	ex := testenv.NewExchange(t)
-	cfg := &messaging.AMQPConfig{URL: ex.URL, Exchange: ex.Name, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	cfg := &rabbitmq.Config{URL: ex.URL, Exchange: ex.Name, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	queue := ex.Name + ".counters"
 	ex.Queues(queue)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	require.NoError(t, messaging.DeclareQueue(ctx, cfg, queue, "counter.*"))
+	require.NoError(t, rabbitmq.DeclareQueue(ctx, cfg, queue, "counter.*"))
 	return cfg, queue
 }
 
 // publishers are the RabbitMQ publishers the relay tests run with.
-var publishers = map[string]func(*messaging.AMQPConfig) (message.Publisher, error){
-	"watermill-amqp": func(c *messaging.AMQPConfig) (message.Publisher, error) { return messaging.NewAMQPPublisher(c) },
-	"confirm":        func(c *messaging.AMQPConfig) (message.Publisher, error) { return messaging.NewConfirmPublisher(c) },
+var publishers = map[string]func(context.Context, *rabbitmq.Config) (message.Publisher, error){
+	"watermill-amqp": func(ctx context.Context, c *rabbitmq.Config) (message.Publisher, error) {
+		return rabbitmq.NewPublisher(ctx, c)
+	},
+	"confirm": func(ctx context.Context, c *rabbitmq.Config) (message.Publisher, error) {
+		return rabbitmq.NewConfirmPublisher(ctx, c)
+	},
 }
 
 // forEachPublisher runs fn on each backend with each RabbitMQ publisher.
@@ -59,14 +64,16 @@ var publishers = map[string]func(*messaging.AMQPConfig) (message.Publisher, erro
 // unsynchronised, so the race detector fails any test that cuts its
 // connection (an upstream data race, not bento's). The non-race pass of
 // scripts/test.sh still runs it.
-func forEachPublisher(t *testing.T, cutsConnection bool, fn func(t *testing.T, newPub func(*messaging.AMQPConfig) (message.Publisher, error), db *gorm.DB)) {
+func forEachPublisher(t *testing.T, cutsConnection bool, fn func(t *testing.T, newPub func(*rabbitmq.Config) (message.Publisher, error), db *gorm.DB)) {
 	for name, newPub := range publishers {
 		t.Run(name, func(t *testing.T) {
 			if cutsConnection && name == "watermill-amqp" && testenv.RaceEnabled {
 				t.Skip("watermill-amqp v2.1.3 has a data race on its connection state when the connection drops; this variant runs in the non-race pass")
 			}
 			t.Parallel()
-			testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend, db *gorm.DB) { fn(t, newPub, db) })
+			testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend, db *gorm.DB) {
+				fn(t, func(c *rabbitmq.Config) (message.Publisher, error) { return newPub(t.Context(), c) }, db)
+			})
 		})
 	}
 }
@@ -102,7 +109,7 @@ func byMessageID(ds []amqp.Delivery) map[string]int {
 // queue bound to the topic exchange: each arrives once, persistent, routed by
 // its topic, with the wire metadata.
 func TestRabbitMQEndToEnd(t *testing.T) {
-	forEachPublisher(t, false, func(t *testing.T, newPub func(*messaging.AMQPConfig) (message.Publisher, error), db *gorm.DB) {
+	forEachPublisher(t, false, func(t *testing.T, newPub func(*rabbitmq.Config) (message.Publisher, error), db *gorm.DB) {
 		cfg, queue := rabbit(t)
 		e := setup(t, db)
 		events := e.commit(t, counterIDs(5), 4)
@@ -138,7 +145,7 @@ func TestRabbitMQEndToEnd(t *testing.T) {
 // while events are committed: the failures are recorded with backoff, and
 // once the broker is reachable again every event arrives and none is dead.
 func TestRabbitMQOutage(t *testing.T) {
-	forEachPublisher(t, true, func(t *testing.T, newPub func(*messaging.AMQPConfig) (message.Publisher, error), db *gorm.DB) {
+	forEachPublisher(t, true, func(t *testing.T, newPub func(*rabbitmq.Config) (message.Publisher, error), db *gorm.DB) {
 		cfg, queue := rabbit(t)
 		u, err := url.Parse(cfg.URL)
 		require.NoError(t, err)
@@ -236,7 +243,7 @@ func TestHelperCrashingProjector(t *testing.T) {
 	require.NoError(t, err)
 	store, err := outbox.NewStore(db, nil)
 	require.NoError(t, err)
-	inner, err := messaging.NewAMQPPublisher(&messaging.AMQPConfig{
+	inner, err := rabbitmq.NewPublisher(t.Context(), &rabbitmq.Config{
 		URL: os.Getenv("BENTO_CRASH_AMQP_URL"), Exchange: os.Getenv("BENTO_CRASH_EXCHANGE"),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -306,7 +313,7 @@ func TestCrashBetweenPublishAndMark(t *testing.T) {
 			assert.Equal(t, int64(4), e.count(t, "status = 'publishing' AND locked_by = 'doomed'"),
 				"the dead child still holds its batch")
 
-			pub, err := messaging.NewAMQPPublisher(cfg)
+			pub, err := rabbitmq.NewPublisher(t.Context(), cfg)
 			require.NoError(t, err)
 			defer pub.Close()
 			p, err := projector.New(e.store, pub, fastConfig())
@@ -414,7 +421,7 @@ func (f flakyBatch) PublishBatch(ctx context.Context, batch []messaging.Outgoing
 // aggregate's first deliveries follow its versions.
 func TestRabbitMQFourProjectorsKeepOrder(t *testing.T) {
 	testenv.Stress(t)
-	forEachPublisher(t, false, func(t *testing.T, newPub func(*messaging.AMQPConfig) (message.Publisher, error), db *gorm.DB) {
+	forEachPublisher(t, false, func(t *testing.T, newPub func(*rabbitmq.Config) (message.Publisher, error), db *gorm.DB) {
 		cfg, queue := rabbit(t)
 		e := setup(t, db)
 		events := e.commit(t, counterIDs(50), 100)

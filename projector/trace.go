@@ -7,7 +7,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bentoevents/bento/internal/tracing"
-	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
 )
 
@@ -37,14 +36,21 @@ func (p *OutboxProjector) startPublish(ctx context.Context, row *outbox.Message,
 	return span
 }
 
-// messagingSystem names the broker behind the publishers of package
-// messaging, for the messaging.system attribute; "" for others.
+// SystemNamer is implemented by publishers that name the messaging system
+// they publish to. The projector sets the name as the messaging.system
+// attribute of its publish spans (OpenTelemetry's semantic conventions:
+// "rabbitmq", "kafka", "redis", ...). rabbitmq.Publisher,
+// rabbitmq.ConfirmPublisher and messaging.MemoryBus implement it; a
+// publisher that does not gets spans without the attribute.
+type SystemNamer interface {
+	MessagingSystem() string
+}
+
+// messagingSystem names the messaging system behind pub, "" when pub does
+// not say.
 func messagingSystem(pub message.Publisher) string {
-	switch pub.(type) {
-	case *messaging.AMQPPublisher, *messaging.ConfirmPublisher:
-		return tracing.SystemRabbitMQ
-	case *messaging.MemoryBus:
-		return tracing.SystemMemory
+	if n, ok := pub.(SystemNamer); ok {
+		return n.MessagingSystem()
 	}
 	return ""
 }

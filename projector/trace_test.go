@@ -173,3 +173,47 @@ func TestPublishWithoutTracer(t *testing.T) {
 		assert.Equal(t, map[string]string{"traced": stored, "untraced": ""}, got)
 	})
 }
+
+// namedRecorder is a custom publisher that names its messaging system.
+type namedRecorder struct{ *recorder }
+
+func (namedRecorder) MessagingSystem() string { return "acme_bus" }
+
+// TestPublishSpansNameTheSystemThePublisherNames: a publisher that
+// implements projector.SystemNamer gets its name as the messaging.system
+// attribute of the publish spans, as the memory bus gets its own.
+func TestPublishSpansNameTheSystemThePublisherNames(t *testing.T) {
+	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend, db *gorm.DB) {
+		bus := messaging.NewMemoryBus()
+		t.Cleanup(func() { _ = bus.Close() })
+		for name, pub := range map[string]message.Publisher{
+			"acme_bus":     namedRecorder{&recorder{}},
+			"bento_memory": bus,
+		} {
+			t.Run(name, func(t *testing.T) {
+				e := setup(t, db)
+				id := "named-" + name
+				e.commit(t, []string{id}, 1)
+				rec := tracetest.NewSpanRecorder()
+				tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+				t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+				cfg := fastConfig()
+				cfg.TracerProvider = tp
+				p, err := projector.New(e.store, pub, cfg)
+				require.NoError(t, err)
+				_, err = p.Drain(context.Background())
+				require.NoError(t, err)
+				var systems []string
+				for _, s := range rec.Ended() {
+					if s.SpanKind() == trace.SpanKindProducer {
+						systems = append(systems, spanAttr(s, "messaging.system"))
+					}
+				}
+				require.NotEmpty(t, systems, "no publish span")
+				for _, got := range systems {
+					assert.Equal(t, name, got)
+				}
+			})
+		}
+	})
+}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/bentoevents/bento/consumer"
-	"github.com/bentoevents/bento/messaging"
+	"github.com/bentoevents/bento/rabbitmq"
 )
 
 // consumerCmd runs "bento consumer dead ...": a consumer group's dead
@@ -56,7 +56,7 @@ type deadLetterFlags struct {
 func addDeadLetterFlags(fs *flag.FlagSet) deadLetterFlags {
 	f := deadLetterFlags{
 		group:     fs.String("group", "", "the consumer group (required)"),
-		exchange:  fs.String("exchange", messaging.DefaultExchange, "the event exchange replays go to (or BENTO_EXCHANGE)"),
+		exchange:  fs.String("exchange", rabbitmq.DefaultExchange, "the event exchange replays go to (or BENTO_EXCHANGE)"),
 		eventType: fs.String("event-type", "", "only this event type"),
 		aggregate: fs.String("aggregate", "", "only this aggregate: TYPE or TYPE/ID"),
 		cause:     fs.String("cause", "", "only this cause: decode, permanent, failed, gap or poison"),
@@ -67,7 +67,7 @@ func addDeadLetterFlags(fs *flag.FlagSet) deadLetterFlags {
 }
 
 // target returns the broker config and the filter the flags say.
-func (c *cli) deadLetterTarget(fs *flag.FlagSet, f deadLetterFlags, ids []string) (*messaging.AMQPConfig, consumer.DeadFilter, error) {
+func (c *cli) deadLetterTarget(fs *flag.FlagSet, f deadLetterFlags, ids []string) (*rabbitmq.Config, consumer.DeadFilter, error) {
 	out := consumer.DeadFilter{IDs: ids, EventType: *f.eventType, Cause: *f.cause, OlderThan: f.olderThan.d}
 	if *f.group == "" {
 		return nil, out, usagef("--group is required")

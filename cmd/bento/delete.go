@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/bentoevents/bento/consumer"
-	"github.com/bentoevents/bento/messaging"
+	"github.com/bentoevents/bento/rabbitmq"
 )
 
 // consumerDelete runs "bento consumer delete", the counterpart of
@@ -18,7 +18,7 @@ func (c *cli) consumerDelete(ctx context.Context, args []string) error {
 	fs := c.newFlags("consumer delete", "(--group G|--topology) [--group G] [--topology] [--exchange E] [--dry-run] [--yes]")
 	group := fs.String("group", "", "the consumer group whose queues to delete")
 	topology := fs.Bool("topology", false, "also the exchange, its alternate and dead-letter exchanges and their unroutable queues (once no group uses them)")
-	exchange := fs.String("exchange", messaging.DefaultExchange, "the event exchange (or BENTO_EXCHANGE)")
+	exchange := fs.String("exchange", rabbitmq.DefaultExchange, "the event exchange (or BENTO_EXCHANGE)")
 	dry := fs.Bool("dry-run", false, "say what would be deleted and delete nothing")
 	yes := fs.Bool("yes", false, "do not ask for confirmation")
 	if err := parseFlags(fs, args); err != nil {
@@ -31,7 +31,7 @@ func (c *cli) consumerDelete(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	found, err := deleteTopology(ctx, cfg, *group, *topology, &messaging.DeleteOpts{DryRun: true})
+	found, err := deleteTopology(ctx, cfg, *group, *topology, &rabbitmq.DeleteOpts{DryRun: true})
 	if err != nil {
 		return err
 	}
@@ -58,23 +58,23 @@ func (c *cli) consumerDelete(ctx context.Context, args []string) error {
 // deleteTopology deletes what bento declares for group on cfg's exchange
 // (none for an empty group) and, with topology, the exchange's topology and
 // that of its dead letters. It returns what it deleted, up to an error.
-func deleteTopology(ctx context.Context, cfg *messaging.AMQPConfig, group string, topology bool, opts *messaging.DeleteOpts) (messaging.Deleted, error) {
-	var steps []func() (messaging.Deleted, error)
+func deleteTopology(ctx context.Context, cfg *rabbitmq.Config, group string, topology bool, opts *rabbitmq.DeleteOpts) (rabbitmq.Deleted, error) {
+	var steps []func() (rabbitmq.Deleted, error)
 	if group != "" {
 		steps = append(steps,
-			func() (messaging.Deleted, error) { return messaging.DeletePartitions(ctx, cfg, group, opts) },
-			func() (messaging.Deleted, error) {
-				return messaging.DeleteQueues(ctx, cfg, []string{group, consumer.DeadLetterQueue(group)}, opts)
+			func() (rabbitmq.Deleted, error) { return rabbitmq.DeletePartitions(ctx, cfg, group, opts) },
+			func() (rabbitmq.Deleted, error) {
+				return rabbitmq.DeleteQueues(ctx, cfg, []string{group, consumer.DeadLetterQueue(group)}, opts)
 			})
 	}
 	if topology {
 		dead := *cfg
-		dead.Exchange = cfg.Exchange + ".dead" // where consumer.NewAMQP sends dead letters
+		dead.Exchange = consumer.DeadLetterExchange(cfg.Exchange) // where consumer.NewAMQP sends dead letters
 		steps = append(steps,
-			func() (messaging.Deleted, error) { return messaging.DeleteTopology(ctx, cfg, opts) },
-			func() (messaging.Deleted, error) { return messaging.DeleteTopology(ctx, &dead, opts) })
+			func() (rabbitmq.Deleted, error) { return rabbitmq.DeleteTopology(ctx, cfg, opts) },
+			func() (rabbitmq.Deleted, error) { return rabbitmq.DeleteTopology(ctx, &dead, opts) })
 	}
-	var all messaging.Deleted
+	var all rabbitmq.Deleted
 	for _, step := range steps {
 		d, err := step()
 		all.Queues = append(all.Queues, d.Queues...)
@@ -88,7 +88,7 @@ func deleteTopology(ctx context.Context, cfg *messaging.AMQPConfig, group string
 }
 
 // describeDeleted says in words what d holds.
-func describeDeleted(d messaging.Deleted) string {
+func describeDeleted(d rabbitmq.Deleted) string {
 	var parts []string
 	if len(d.Queues) > 0 {
 		parts = append(parts, fmt.Sprintf("%d queue(s) with %d message(s): %s", len(d.Queues), d.Messages, strings.Join(d.Queues, ", ")))

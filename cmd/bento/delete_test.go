@@ -11,6 +11,7 @@ import (
 	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
+	"github.com/bentoevents/bento/rabbitmq"
 )
 
 // TestConsumerDeleteThroughTheBinary: what "bento consumer declare"
@@ -44,13 +45,13 @@ func TestConsumerDeleteThroughTheBinary(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Contains(t, r.stdout, "deleted 2 queue(s) with 1 message(s)")
 	for _, q := range []string{p0, p1} {
-		_, err := messaging.QueueDepth(t.Context(), b.cfg, q)
+		_, err := rabbitmq.QueueDepth(t.Context(), b.cfg, q)
 		require.ErrorIs(t, err, messaging.ErrQueueNotFound, q)
 	}
 
 	r = bentoEnv(t, env, "", "consumer", "delete", "--topology", "--yes")
 	require.Equal(t, 0, r.code, r.stderr)
-	assert.Contains(t, r.stdout, "deleted 1 queue(s) with 0 message(s): "+messaging.UnroutableQueue(ex.Name))
+	assert.Contains(t, r.stdout, "deleted 1 queue(s) with 0 message(s): "+rabbitmq.UnroutableQueue(ex.Name))
 	assert.Contains(t, r.stdout, "2 exchange(s): "+ex.Name+", "+ex.Name+".unroutable")
 	r = bentoEnv(t, env, "", "consumer", "delete", "--group", group, "--topology", "--yes")
 	require.Equal(t, 0, r.code, r.stderr)
@@ -61,21 +62,21 @@ func TestConsumerDeleteThroughTheBinary(t *testing.T) {
 // points bento at it, and a publisher to it.
 type broker struct {
 	ex  *testenv.Exchange
-	cfg *messaging.AMQPConfig
+	cfg *rabbitmq.Config
 	env []string
-	pub *messaging.AMQPPublisher
+	pub *rabbitmq.Publisher
 }
 
 func newBroker(t *testing.T) *broker {
 	t.Helper()
 	ex := testenv.NewExchange(t)
-	b := &broker{ex: ex, cfg: &messaging.AMQPConfig{URL: ex.URL, Exchange: ex.Name},
+	b := &broker{ex: ex, cfg: &rabbitmq.Config{URL: ex.URL, Exchange: ex.Name},
 		env: []string{"AMQP_URL=" + ex.URL, "BENTO_EXCHANGE=" + ex.Name}}
-	pub, err := messaging.NewAMQPPublisher(b.cfg)
+	pub, err := rabbitmq.NewPublisher(t.Context(), b.cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
 	b.pub = pub
-	ex.Queues(messaging.UnroutableQueue(ex.Name))
+	ex.Queues(rabbitmq.UnroutableQueue(ex.Name))
 	return b
 }
 
@@ -91,7 +92,7 @@ func (b *broker) publish(t *testing.T, eventType string) *message.Message {
 // depth returns how many messages wait in queue.
 func (b *broker) depth(t *testing.T, queue string) int {
 	t.Helper()
-	n, err := messaging.QueueDepth(t.Context(), b.cfg, queue)
+	n, err := rabbitmq.QueueDepth(t.Context(), b.cfg, queue)
 	require.NoError(t, err)
 	return n
 }

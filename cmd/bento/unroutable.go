@@ -10,11 +10,12 @@ import (
 
 	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/messaging"
+	"github.com/bentoevents/bento/rabbitmq"
 )
 
 // amqpConfig returns the broker of AMQP_URL with exchange, the value of
 // fs's flag "exchange", or BENTO_EXCHANGE when that flag was not given.
-func (c *cli) amqpConfig(fs *flag.FlagSet, exchange string) (*messaging.AMQPConfig, error) {
+func (c *cli) amqpConfig(fs *flag.FlagSet, exchange string) (*rabbitmq.Config, error) {
 	explicit := false
 	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "exchange" })
 	url := strings.TrimSpace(c.getenv("AMQP_URL"))
@@ -24,7 +25,7 @@ func (c *cli) amqpConfig(fs *flag.FlagSet, exchange string) (*messaging.AMQPConf
 	if e := c.getenv("BENTO_EXCHANGE"); e != "" && !explicit {
 		exchange = e
 	}
-	return &messaging.AMQPConfig{URL: url, Exchange: exchange}, nil
+	return &rabbitmq.Config{URL: url, Exchange: exchange}, nil
 }
 
 // unroutable runs "bento unroutable list|replay": the events parked in
@@ -43,7 +44,7 @@ func (c *cli) unroutable(ctx context.Context, args []string) error {
 		return usagef("unknown unroutable command %q: want list or replay", verb)
 	}
 	fs := c.newFlags("unroutable "+verb, "[--event-type T]... [--exchange E] [--limit N] [--dry-run] [--yes]")
-	exchange := fs.String("exchange", messaging.DefaultExchange, "the event exchange (or BENTO_EXCHANGE)")
+	exchange := fs.String("exchange", rabbitmq.DefaultExchange, "the event exchange (or BENTO_EXCHANGE)")
 	var types stringsFlag
 	fs.Var(&types, "event-type", "only this event type (repeatable)")
 	limit := fs.Int("limit", 100, "list: at most this many events")
@@ -56,7 +57,7 @@ func (c *cli) unroutable(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	parked, err := messaging.ListUnroutable(ctx, cfg, types, 100_000)
+	parked, err := rabbitmq.ListUnroutable(ctx, cfg, types, 100_000)
 	if err != nil {
 		return err
 	}
@@ -64,7 +65,7 @@ func (c *cli) unroutable(ctx context.Context, args []string) error {
 	for _, m := range parked {
 		byType[m.Metadata.Get(messaging.MetaEventType)]++
 	}
-	what := "events parked in " + messaging.UnroutableQueue(cfg.ExchangeName())
+	what := "events parked in " + rabbitmq.UnroutableQueue(cfg.ExchangeName())
 	if len(types) > 0 {
 		what += " of type " + strings.Join(types, ", ")
 	}
@@ -108,7 +109,7 @@ func (c *cli) unroutable(ctx context.Context, args []string) error {
 	if err := c.confirm(*yes, fmt.Sprintf("replay %d %s? Declare the queue of the group that missed them first; the inbox skips what a group applied already.", len(parked), what)); err != nil {
 		return err
 	}
-	replayed, back, err := messaging.ReplayUnroutable(ctx, cfg, types)
+	replayed, back, err := rabbitmq.ReplayUnroutable(ctx, cfg, types)
 	if err != nil {
 		return fmt.Errorf("replay: %w (%d replayed before the error)", err, len(replayed))
 	}
@@ -128,7 +129,7 @@ func (c *cli) consumerDeclare(ctx context.Context, args []string) error {
 	fs.Var(&types, "event-type", "an event type (or pattern, order.*) the group consumes (repeatable, required)")
 	partitions := fs.Int("partitions", consumer.DefaultPartitions, "the group's partition count (0: one unpartitioned queue); every instance must use it")
 	classic := fs.Bool("classic", false, "classic partition queues instead of quorum ones")
-	exchange := fs.String("exchange", messaging.DefaultExchange, "the event exchange (or BENTO_EXCHANGE)")
+	exchange := fs.String("exchange", rabbitmq.DefaultExchange, "the event exchange (or BENTO_EXCHANGE)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -140,7 +141,7 @@ func (c *cli) consumerDeclare(ctx context.Context, args []string) error {
 		return err
 	}
 	if *partitions == 0 {
-		if err := messaging.DeclareQueue(ctx, cfg, *group, types...); err != nil {
+		if err := rabbitmq.DeclareQueue(ctx, cfg, *group, types...); err != nil {
 			return err
 		}
 		fmt.Fprintf(c.stdout, "declared queue %s on %s for %s\n", *group, cfg.Exchange, strings.Join(types, ", "))
@@ -148,11 +149,11 @@ func (c *cli) consumerDeclare(ctx context.Context, args []string) error {
 	}
 	ccfg := &consumer.Config{Group: *group, Partitions: *partitions}
 	if *classic {
-		ccfg.QueueType = messaging.Classic
+		ccfg.QueueType = rabbitmq.Classic
 	}
 	spec := consumer.PartitionSpec(cfg.Exchange, ccfg)
 	spec.Patterns = types
-	if err := messaging.DeclarePartitions(ctx, cfg, spec); err != nil {
+	if err := rabbitmq.DeclarePartitions(ctx, cfg, spec); err != nil {
 		return err
 	}
 	fmt.Fprintf(c.stdout, "declared %d partition queues of %s on %s for %s\n", *partitions, *group, cfg.Exchange, strings.Join(types, ", "))

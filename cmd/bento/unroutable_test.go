@@ -9,6 +9,7 @@ import (
 
 	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/messaging"
+	"github.com/bentoevents/bento/rabbitmq"
 )
 
 // TestUnroutableAndDeclareThroughTheBinary: an event relayed before any
@@ -22,7 +23,7 @@ func TestUnroutableAndDeclareThroughTheBinary(t *testing.T) {
 	ex, env := b.ex, b.env
 	m := b.publish(t, "late.event")
 	depth := func(q string) int { return b.depth(t, q) }
-	require.Eventually(t, func() bool { return depth(messaging.UnroutableQueue(ex.Name)) == 1 }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return depth(rabbitmq.UnroutableQueue(ex.Name)) == 1 }, 10*time.Second, 20*time.Millisecond)
 
 	r := bentoEnv(t, env, "", "unroutable", "list")
 	require.Equal(t, 0, r.code, r.stderr)
@@ -46,5 +47,5 @@ func TestUnroutableAndDeclareThroughTheBinary(t *testing.T) {
 	assert.NotContains(t, r.stdout, "came back")
 	p0, p1 := messaging.PartitionQueue(group, 0), messaging.PartitionQueue(group, 1)
 	require.Eventually(t, func() bool { return depth(p0)+depth(p1) == 1 }, 10*time.Second, 20*time.Millisecond)
-	assert.Zero(t, depth(messaging.UnroutableQueue(ex.Name)))
+	assert.Zero(t, depth(rabbitmq.UnroutableQueue(ex.Name)))
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/messaging"
+	"github.com/bentoevents/bento/rabbitmq"
 )
 
 // notificationsGroup is the consumer group that hears about orders.
@@ -31,7 +32,7 @@ type bus struct {
 	newConsumer func(db *gorm.DB, cfg *consumer.Config) (*consumer.Consumer, error)
 	close       func()
 	// amqp is the broker's config; nil on the in-memory bus.
-	amqp *messaging.AMQPConfig
+	amqp *rabbitmq.Config
 }
 
 // memoryBus is minishop's wiring of the in-memory bus mem: each group's
@@ -61,15 +62,15 @@ func openAMQP(ctx context.Context, log *slog.Logger, amqpURL string) (*bus, erro
 	if exchange == "" {
 		exchange = "minishop.events"
 	}
-	cfg := &messaging.AMQPConfig{URL: amqpURL, Exchange: exchange, Logger: log}
+	cfg := &rabbitmq.Config{URL: amqpURL, Exchange: exchange, Logger: log}
 	for group, topics := range groupBindings {
 		spec := consumer.PartitionSpec(exchange, &consumer.Config{Group: group})
 		spec.Patterns = topics
-		if err := messaging.DeclarePartitions(ctx, cfg, spec); err != nil {
+		if err := rabbitmq.DeclarePartitions(ctx, cfg, spec); err != nil {
 			return nil, err
 		}
 	}
-	pub, err := messaging.NewConfirmPublisher(cfg) // pipelined confirms: see docs/benchmarks.md
+	pub, err := rabbitmq.NewConfirmPublisher(ctx, cfg) // pipelined confirms: see docs/benchmarks.md
 	if err != nil {
 		return nil, err
 	}

@@ -38,6 +38,7 @@ import (
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
 	"github.com/bentoevents/bento/projector"
+	"github.com/bentoevents/bento/rabbitmq"
 	"github.com/bentoevents/bento/uow"
 )
 
@@ -168,13 +169,13 @@ func openBus(ctx context.Context, cfg config, topics ...string) (*bus, func(), e
 			return consumer.NewMemory(db, mem, cc)
 		}}, func() { _ = mem.Close() }, nil
 	}
-	amqpCfg := &messaging.AMQPConfig{URL: cfg.AMQPURL, Exchange: cfg.Exchange, Logger: cfg.Log}
+	amqpCfg := &rabbitmq.Config{URL: cfg.AMQPURL, Exchange: cfg.Exchange, Logger: cfg.Log}
 	spec := consumer.PartitionSpec(cfg.Exchange, &consumer.Config{Group: cfg.Group})
 	spec.Patterns = topics
-	if err := messaging.DeclarePartitions(ctx, amqpCfg, spec); err != nil {
+	if err := rabbitmq.DeclarePartitions(ctx, amqpCfg, spec); err != nil {
 		return nil, nil, err
 	}
-	pub, err := messaging.NewConfirmPublisher(amqpCfg)
+	pub, err := rabbitmq.NewConfirmPublisher(ctx, amqpCfg)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -178,6 +178,10 @@ func (p *publisher) Publish(topic string, msgs ...*message.Message) error {
 	return nil
 }
 
+// MessagingSystem returns "redis", the messaging.system attribute the
+// projector gives the spans of its publishes (projector.SystemNamer).
+func (p *publisher) MessagingSystem() string { return "redis" }
+
 // Close waits for the Publish calls in progress and closes the connections.
 // It is idempotent.
 func (p *publisher) Close() error {

@@ -19,6 +19,7 @@ import (
 	"github.com/bentoevents/bento/inbox"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/projector"
 )
 
 func TestConfigErrors(t *testing.T) {
@@ -34,6 +35,19 @@ func TestConfigErrors(t *testing.T) {
 
 	_, err = redisbus.NewConsumer(nil, redisbus.Config{Addr: "127.0.0.1:1"}, nil)
 	assert.ErrorIs(t, err, consumer.ErrInvalidConfig)
+}
+
+// TestPublisherNamesItsSystem: the projector's publish spans say "redis",
+// as they say "rabbitmq" for bento's own publishers. The publisher connects
+// on first use, so no Redis is needed.
+func TestPublisherNamesItsSystem(t *testing.T) {
+	t.Parallel()
+	pub, err := redisbus.NewPublisher(redisbus.Config{Addr: "127.0.0.1:1"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	named, ok := pub.(projector.SystemNamer)
+	require.True(t, ok, "%T does not implement projector.SystemNamer", pub)
+	assert.Equal(t, "redis", named.MessagingSystem())
 }
 
 // TestSubscriberRejectsPatterns: streams are read by exact name, so a

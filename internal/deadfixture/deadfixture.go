@@ -21,6 +21,7 @@ import (
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/rabbitmq"
 )
 
 // SKUOrdered is the event the fixture publishes, one per SKU.
@@ -43,7 +44,7 @@ type Fixture struct {
 	// Group is the consumer group.
 	Group string
 	// AMQP is the broker configuration of the group's exchange.
-	AMQP *messaging.AMQPConfig
+	AMQP *rabbitmq.Config
 	// IDs are the message ids of the two events published, for the SKUs
 	// "kiwi" (aggregate sku/kiwi) and then "fig" (sku/fig).
 	IDs []string
@@ -63,7 +64,7 @@ func Start(t testing.TB, db *gorm.DB, ex *testenv.Exchange, prefix string) *Fixt
 	require.NoError(t, db.AutoMigrate(&Applied{}))
 	f := &Fixture{
 		Group: prefix + strings.ToLower(aggregate.NewID()[18:]),
-		AMQP:  &messaging.AMQPConfig{URL: ex.URL, Exchange: ex.Name},
+		AMQP:  &rabbitmq.Config{URL: ex.URL, Exchange: ex.Name},
 		db:    db,
 	}
 	ex.Queues(consumer.DeadLetterQueue(f.Group))
@@ -82,7 +83,7 @@ func Start(t testing.TB, db *gorm.DB, ex *testenv.Exchange, prefix string) *Fixt
 	t.Cleanup(func() { stop(); <-done })
 	<-c.Running()
 
-	pub, err := messaging.NewAMQPPublisher(f.AMQP)
+	pub, err := rabbitmq.NewPublisher(ctx, f.AMQP)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
 	for i, sku := range []string{"kiwi", "fig"} {

@@ -29,6 +29,9 @@ var allowed = map[string]map[string]string{
 		"partition": "the options, results and errors of partition maintenance are the public package's; the machinery hands them back unconverted",
 		"aggregate": "a nil MaintainOpts.Clock means aggregate.SystemClock, the one default clock",
 	},
+	"internal/buscheck": {
+		"messaging": "the checks the memory bus and RabbitMQ tests share build messages with messaging's metadata keys and partition names",
+	},
 	"internal/testenv": {
 		"messaging": "partition queue names come from messaging.PartitionQueue, the one place that forms them",
 	}, // deadfixture is a test fixture: the failing consumer the dead-letter
@@ -38,7 +41,8 @@ var allowed = map[string]map[string]string{
 		"aggregate": "the fixture's event ids and aggregate ids",
 		"consumer":  "it runs a partitioned consumer whose handler fails for good",
 		"inbox":     "it creates the inbox tables the consumer writes",
-		"messaging": "it publishes the fixture's events over AMQP",
+		"messaging": "it builds the fixture's events with messaging.NewMessage, and its handler takes a messaging.Envelope",
+		"rabbitmq":  "it publishes the fixture's events over AMQP",
 		"outbox":    "it builds the events as outbox rows, as the relay does",
 	},
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/messaging/bustest"
+	"github.com/bentoevents/bento/rabbitmq"
 )
 
 // The suite runs on every publisher and subscriber bento ships: the memory
@@ -119,20 +120,20 @@ func (w *wholeGroup) Close() error { return w.sub.Close() }
 // amqpBus describes how a RabbitMQ Bus publishes and subscribes.
 type amqpBus struct {
 	// publisher builds the Bus's publisher.
-	publisher func(*messaging.AMQPConfig) (message.Publisher, error)
+	publisher func(context.Context, *rabbitmq.Config) (message.Publisher, error)
 	// partitions, when positive, makes each group that many partition
-	// queues consumed with messaging.NewPartitionSubscriber, prefetch
+	// queues consumed with rabbitmq.NewPartitionSubscriber, prefetch
 	// messages at a time; zero means a group queue consumed with
-	// messaging.NewAMQPSubscriber.
+	// rabbitmq.NewSubscriber.
 	partitions, prefetch int
 }
 
-func plainPublisher(cfg *messaging.AMQPConfig) (message.Publisher, error) {
-	return messaging.NewAMQPPublisher(cfg)
+func plainPublisher(ctx context.Context, cfg *rabbitmq.Config) (message.Publisher, error) {
+	return rabbitmq.NewPublisher(ctx, cfg)
 }
 
-func confirmPublisher(cfg *messaging.AMQPConfig) (message.Publisher, error) {
-	return messaging.NewConfirmPublisher(cfg)
+func confirmPublisher(ctx context.Context, cfg *rabbitmq.Config) (message.Publisher, error) {
+	return rabbitmq.NewConfirmPublisher(ctx, cfg)
 }
 
 // rabbitMQ returns a Factory whose every Bus has its own exchange on the
@@ -147,8 +148,8 @@ func rabbitMQ(kind amqpBus) bustest.Factory {
 			t.Fatalf("the RabbitMQ Factory needs a testing.TB, got %T", t)
 		}
 		ex := testenv.NewExchange(tt)
-		cfg := &messaging.AMQPConfig{URL: ex.URL, Exchange: ex.Name, Logger: discard}
-		pub, err := kind.publisher(cfg)
+		cfg := &rabbitmq.Config{URL: ex.URL, Exchange: ex.Name, Logger: discard}
+		pub, err := kind.publisher(tt.Context(), cfg)
 		if err != nil {
 			t.Fatalf("new publisher: %v", err)
 		}
@@ -157,7 +158,7 @@ func rabbitMQ(kind amqpBus) bustest.Factory {
 		if kind.partitions == 0 {
 			b.NewSubscriber = func(_ bustest.TB, group string, topics []string) (message.Subscriber, error) {
 				ex.Queues(group)
-				return messaging.NewAMQPSubscriber(cfg, group, topics...)
+				return rabbitmq.NewSubscriber(tt.Context(), cfg, group, topics...)
 			}
 			return b
 		}
@@ -166,7 +167,7 @@ func rabbitMQ(kind amqpBus) bustest.Factory {
 			ex.Partitioned(group, kind.partitions)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			sub, err := messaging.NewPartitionSubscriber(ctx, cfg, messaging.PartitionSpec{
+			sub, err := rabbitmq.NewPartitionSubscriber(ctx, cfg, rabbitmq.PartitionSpec{
 				Group: group, Count: kind.partitions, Patterns: topics,
 				DeliveryLimit: 20, DeadKey: group + ".dead", Prefetch: kind.prefetch,
 			})

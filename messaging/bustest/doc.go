@@ -3,8 +3,8 @@
 // checks what bento needs from a bus to deliver domain events reliably. It
 // runs on every publisher and subscriber bento ships: the memory bus
 // (messaging.MemoryBus, with its group and its partition subscribers), and
-// RabbitMQ with messaging.AMQPPublisher and messaging.ConfirmPublisher,
-// each with messaging.AMQPSubscriber and with messaging.NewPartitionSubscriber.
+// RabbitMQ with rabbitmq.Publisher and rabbitmq.ConfirmPublisher,
+// each with rabbitmq.Subscriber and with rabbitmq.NewPartitionSubscriber.
 // Run it on any other bus you put between bento's relay and your consumers.
 //
 // # What bento needs, and the check that proves it

@@ -1,4 +1,4 @@
-package messaging
+package rabbitmq
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/bentoevents/bento/messaging"
 )
 
 // Browse is what the function BrowseQueue calls says to do with a message.
@@ -27,23 +29,23 @@ type Browse struct {
 // such as dead-letter queues. fn's error stops the browse (nothing is done
 // with that message) and is returned.
 //
-// Errors: ErrQueueNotFound, ErrInvalidConfig, fn's error, or the broker's.
-func BrowseQueue(ctx context.Context, cfg *AMQPConfig, queue string, limit int, fn func(*message.Message) (Browse, error)) error {
+// Errors: messaging.ErrQueueNotFound, ErrInvalidConfig, fn's error, or the broker's.
+func BrowseQueue(ctx context.Context, cfg *Config, queue string, limit int, fn func(*message.Message) (Browse, error)) error {
 	c, err := cfg.resolve()
 	if err != nil {
 		return err
 	}
 	return c.withChannel(ctx, func(ch *amqp.Channel) error {
 		if err := ch.Confirm(false); err != nil {
-			return fmt.Errorf("messaging: confirm mode: %w", err)
+			return fmt.Errorf("rabbitmq: confirm mode: %w", err)
 		}
 		for n := 0; n < limit; n++ {
 			d, ok, err := ch.Get(queue, false)
 			if isNotFound(err) {
-				return fmt.Errorf("%w: %q", ErrQueueNotFound, queue)
+				return fmt.Errorf("%w: %q", messaging.ErrQueueNotFound, queue)
 			}
 			if err != nil {
-				return fmt.Errorf("messaging: get from %q: %w", queue, err)
+				return fmt.Errorf("rabbitmq: get from %q: %w", queue, err)
 			}
 			if !ok {
 				return nil // the queue is empty
@@ -60,7 +62,7 @@ func BrowseQueue(ctx context.Context, cfg *AMQPConfig, queue string, limit int, 
 			}
 			if b.Remove {
 				if err := d.Ack(false); err != nil {
-					return fmt.Errorf("messaging: remove %s from %q: %w", msg.UUID, queue, err)
+					return fmt.Errorf("rabbitmq: remove %s from %q: %w", msg.UUID, queue, err)
 				}
 			}
 		}
@@ -73,18 +75,18 @@ func BrowseQueue(ctx context.Context, cfg *AMQPConfig, queue string, limit int, 
 func republish(ctx context.Context, ch *amqp.Channel, exchange, topic string, msg *message.Message) error {
 	pub, err := marshaler{}.Marshal(msg)
 	if err != nil {
-		return fmt.Errorf("messaging: republish %s: %w", msg.UUID, err)
+		return fmt.Errorf("rabbitmq: republish %s: %w", msg.UUID, err)
 	}
 	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, topic, true, false, pub)
 	if err != nil {
-		return fmt.Errorf("messaging: republish %s: %w", msg.UUID, err)
+		return fmt.Errorf("rabbitmq: republish %s: %w", msg.UUID, err)
 	}
 	acked, err := dc.WaitContext(ctx)
 	switch {
 	case err != nil:
-		return fmt.Errorf("messaging: republish %s: %w", msg.UUID, err)
+		return fmt.Errorf("rabbitmq: republish %s: %w", msg.UUID, err)
 	case !acked:
-		return fmt.Errorf("messaging: republish %s: the broker refused it", msg.UUID)
+		return fmt.Errorf("rabbitmq: republish %s: the broker refused it", msg.UUID)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package messaging
+package rabbitmq
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v2/pkg/amqp"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/bentoevents/bento/messaging"
 )
 
 // unroutableSuffix names the alternate exchange and its queue.
@@ -33,7 +35,7 @@ func exchangeArgs(exchange string) amqp.Table {
 // settings. ctx bounds the whole call.
 //
 // It returns an error wrapping [ErrInvalidConfig] for a bad cfg.
-func DeclareTopology(ctx context.Context, cfg *AMQPConfig) error {
+func DeclareTopology(ctx context.Context, cfg *Config) error {
 	c, err := cfg.resolve()
 	if err != nil {
 		return err
@@ -50,13 +52,13 @@ func DeclareTopology(ctx context.Context, cfg *AMQPConfig) error {
 // removing one is left to the operator.
 //
 // It returns an error wrapping [ErrInvalidConfig] for a bad cfg and
-// [ErrInvalidName] for a bad group or pattern.
-func DeclareQueue(ctx context.Context, cfg *AMQPConfig, group string, patterns ...string) error {
+// [messaging.ErrInvalidName] for a bad group or pattern.
+func DeclareQueue(ctx context.Context, cfg *Config, group string, patterns ...string) error {
 	c, err := cfg.resolve()
 	if err != nil {
 		return err
 	}
-	if err := errors.Join(validateGroup(group), validatePatterns(patterns)); err != nil {
+	if err := errors.Join(messaging.ValidateGroup(group), messaging.ValidatePatterns(patterns)); err != nil {
 		return fmt.Errorf("declare queue: %w", err)
 	}
 	return c.withChannel(ctx, func(ch *amqp.Channel) error {
@@ -68,7 +70,7 @@ func DeclareQueue(ctx context.Context, cfg *AMQPConfig, group string, patterns .
 }
 
 // dial connects to the broker. ctx bounds the dial and the AMQP handshake.
-func (c *AMQPConfig) dial(ctx context.Context) (*amqp.Connection, error) {
+func (c *Config) dial(ctx context.Context) (*amqp.Connection, error) {
 	conn, _, err := c.dialSocket(ctx)
 	return conn, err
 }
@@ -76,7 +78,7 @@ func (c *AMQPConfig) dial(ctx context.Context) (*amqp.Connection, error) {
 // dialSocket is dial that also returns the connection's TCP socket, which
 // the caller may close to abandon a connection whose broker stopped
 // answering. An error after ctx ended wraps ctx's error.
-func (c *AMQPConfig) dialSocket(ctx context.Context) (*amqp.Connection, net.Conn, error) {
+func (c *Config) dialSocket(ctx context.Context) (*amqp.Connection, net.Conn, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
@@ -108,21 +110,27 @@ func (c *AMQPConfig) dialSocket(ctx context.Context) (*amqp.Connection, net.Conn
 		},
 	})
 	if err != nil {
-		if cerr := ctx.Err(); cerr != nil {
-			return nil, nil, fmt.Errorf("messaging: connect to AMQP: %w (%w)", cerr, err)
+		cerr := ctx.Err()
+		if d, ok := ctx.Deadline(); cerr == nil && ok && !time.Now().Before(d) {
+			// The socket's deadline is ctx's: its timeout can come a hair
+			// before ctx reports that it ended.
+			cerr = context.DeadlineExceeded
 		}
-		return nil, nil, fmt.Errorf("messaging: connect to AMQP: %w", err)
+		if cerr != nil {
+			return nil, nil, fmt.Errorf("rabbitmq: connect to AMQP: %w (%w)", cerr, err)
+		}
+		return nil, nil, fmt.Errorf("rabbitmq: connect to AMQP: %w", err)
 	}
 	return conn, sock, nil
 }
 
 // withChannel dials the broker, runs fn on a channel and closes the
 // connection. Cancelling ctx aborts the dial and closes the connection.
-func (c *AMQPConfig) withChannel(ctx context.Context, fn func(*amqp.Channel) error) error {
+func (c *Config) withChannel(ctx context.Context, fn func(*amqp.Channel) error) error {
 	return c.withConn(ctx, func(conn *amqp.Connection) error {
 		ch, err := conn.Channel()
 		if err != nil {
-			return fmt.Errorf("messaging: open AMQP channel: %w", err)
+			return fmt.Errorf("rabbitmq: open AMQP channel: %w", err)
 		}
 		return fn(ch)
 	})
@@ -130,7 +138,7 @@ func (c *AMQPConfig) withChannel(ctx context.Context, fn func(*amqp.Channel) err
 
 // withConn dials the broker, runs fn on the connection and closes it.
 // Cancelling ctx aborts the dial and closes the connection.
-func (c *AMQPConfig) withConn(ctx context.Context, fn func(*amqp.Connection) error) (err error) {
+func (c *Config) withConn(ctx context.Context, fn func(*amqp.Connection) error) (err error) {
 	conn, err := c.dial(ctx)
 	if err != nil {
 		return err
@@ -139,7 +147,7 @@ func (c *AMQPConfig) withConn(ctx context.Context, fn func(*amqp.Connection) err
 	defer func() {
 		stop()
 		if cerr := conn.Close(); cerr != nil && err == nil && !errors.Is(cerr, amqp.ErrClosed) {
-			err = fmt.Errorf("messaging: close AMQP connection: %w", cerr)
+			err = fmt.Errorf("rabbitmq: close AMQP connection: %w", cerr)
 		}
 	}()
 	if err := fn(conn); err != nil {
@@ -156,20 +164,20 @@ func (c *AMQPConfig) withConn(ctx context.Context, fn func(*amqp.Connection) err
 func declareExchanges(ch *amqp.Channel, exchange string) error {
 	ae := exchange + unroutableSuffix
 	if err := ch.ExchangeDeclare(ae, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
-		return fmt.Errorf("messaging: declare exchange %q: %w", ae, err)
+		return fmt.Errorf("rabbitmq: declare exchange %q: %w", ae, err)
 	}
 	if _, err := ch.QueueDeclare(ae, true, false, false, false, nil); err != nil {
-		return fmt.Errorf("messaging: declare queue %q: %w", ae, err)
+		return fmt.Errorf("rabbitmq: declare queue %q: %w", ae, err)
 	}
 	if err := ch.QueueBind(ae, "", ae, false, nil); err != nil {
-		return fmt.Errorf("messaging: bind queue %q: %w", ae, err)
+		return fmt.Errorf("rabbitmq: bind queue %q: %w", ae, err)
 	}
 	return declareMainExchange(ch, exchange)
 }
 
 func declareMainExchange(ch *amqp.Channel, exchange string) error {
 	if err := ch.ExchangeDeclare(exchange, amqp.ExchangeTopic, true, false, false, false, exchangeArgs(exchange)); err != nil {
-		return fmt.Errorf("messaging: declare exchange %q: %w", exchange, err)
+		return fmt.Errorf("rabbitmq: declare exchange %q: %w", exchange, err)
 	}
 	return nil
 }
@@ -178,11 +186,11 @@ func declareMainExchange(ch *amqp.Channel, exchange string) error {
 // exchange with each pattern.
 func declareGroupQueue(ch *amqp.Channel, exchange, group string, patterns []string) error {
 	if _, err := ch.QueueDeclare(group, true, false, false, false, nil); err != nil {
-		return fmt.Errorf("messaging: declare queue %q: %w", group, err)
+		return fmt.Errorf("rabbitmq: declare queue %q: %w", group, err)
 	}
 	for _, p := range patterns {
 		if err := ch.QueueBind(group, p, exchange, false, nil); err != nil {
-			return fmt.Errorf("messaging: bind queue %q to %q with %q: %w", group, exchange, p, err)
+			return fmt.Errorf("rabbitmq: bind queue %q to %q with %q: %w", group, exchange, p, err)
 		}
 	}
 	return nil

@@ -1,4 +1,4 @@
-package messaging
+package rabbitmq
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/bentoevents/bento/messaging"
 )
 
 // DeleteOpts adjust the Delete calls. A nil *DeleteOpts means none.
@@ -33,15 +35,15 @@ type Deleted struct {
 // skipped. A consumer reading a deleted queue loses its subscription.
 //
 // It returns an error wrapping [ErrInvalidConfig] for a bad cfg and
-// [ErrInvalidName] for a bad name.
-func DeleteQueues(ctx context.Context, cfg *AMQPConfig, names []string, opts *DeleteOpts) (Deleted, error) {
+// [messaging.ErrInvalidName] for a bad name.
+func DeleteQueues(ctx context.Context, cfg *Config, names []string, opts *DeleteOpts) (Deleted, error) {
 	c, err := cfg.resolve()
 	if err != nil {
 		return Deleted{}, err
 	}
 	var errs []error
 	for _, n := range names {
-		errs = append(errs, validateGroup(n))
+		errs = append(errs, messaging.ValidateGroup(n))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return Deleted{}, fmt.Errorf("delete queues: %w", err)
@@ -62,19 +64,19 @@ func DeleteQueues(ctx context.Context, cfg *AMQPConfig, names []string, opts *De
 }
 
 // DeletePartitions deletes, on the broker at cfg.URL, the partition queues
-// of consumer group group (PartitionQueue(group, 0), 1, ... as many as
+// of consumer group group (messaging.PartitionQueue(group, 0), 1, ... as many as
 // exist) with their messages, and its consistent-hash exchange: the
 // counterpart of [DeclarePartitions]. Nothing of the group left is routed
 // to.
 //
 // It returns an error wrapping [ErrInvalidConfig] for a bad cfg and
-// [ErrInvalidName] for a bad group.
-func DeletePartitions(ctx context.Context, cfg *AMQPConfig, group string, opts *DeleteOpts) (Deleted, error) {
+// [messaging.ErrInvalidName] for a bad group.
+func DeletePartitions(ctx context.Context, cfg *Config, group string, opts *DeleteOpts) (Deleted, error) {
 	c, err := cfg.resolve()
 	if err != nil {
 		return Deleted{}, err
 	}
-	if err := validateGroup(group); err != nil {
+	if err := messaging.ValidateGroup(group); err != nil {
 		return Deleted{}, fmt.Errorf("delete partitions: %w", err)
 	}
 	var out Deleted
@@ -82,7 +84,7 @@ func DeletePartitions(ctx context.Context, cfg *AMQPConfig, group string, opts *
 		d := &deleter{conn: conn, dry: opts != nil && opts.DryRun}
 		defer d.close()
 		for p := 0; ; p++ {
-			found, err := d.queue(PartitionQueue(group, p))
+			found, err := d.queue(messaging.PartitionQueue(group, p))
 			if err != nil {
 				return err
 			}
@@ -108,7 +110,7 @@ func DeletePartitions(ctx context.Context, cfg *AMQPConfig, group string, opts *
 // naming that exchange.
 //
 // It returns an error wrapping [ErrInvalidConfig] for a bad cfg.
-func DeleteTopology(ctx context.Context, cfg *AMQPConfig, opts *DeleteOpts) (Deleted, error) {
+func DeleteTopology(ctx context.Context, cfg *Config, opts *DeleteOpts) (Deleted, error) {
 	c, err := cfg.resolve()
 	if err != nil {
 		return Deleted{}, err
@@ -147,7 +149,7 @@ func (d *deleter) channel() (*amqp.Channel, error) {
 	if d.ch == nil || d.ch.IsClosed() {
 		ch, err := d.conn.Channel()
 		if err != nil {
-			return nil, fmt.Errorf("messaging: open AMQP channel: %w", err)
+			return nil, fmt.Errorf("rabbitmq: open AMQP channel: %w", err)
 		}
 		d.ch = ch
 	}
@@ -171,12 +173,12 @@ func (d *deleter) queue(name string) (bool, error) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("messaging: inspect queue %q: %w", name, err)
+		return false, fmt.Errorf("rabbitmq: inspect queue %q: %w", name, err)
 	}
 	n := q.Messages
 	if !d.dry {
 		if n, err = ch.QueueDelete(name, false, false, false); err != nil {
-			return false, fmt.Errorf("messaging: delete queue %q: %w", name, err)
+			return false, fmt.Errorf("rabbitmq: delete queue %q: %w", name, err)
 		}
 	}
 	d.done.Queues = append(d.done.Queues, name)
@@ -196,11 +198,11 @@ func (d *deleter) exchange(name string) error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("messaging: inspect exchange %q: %w", name, err)
+		return fmt.Errorf("rabbitmq: inspect exchange %q: %w", name, err)
 	}
 	if !d.dry {
 		if err := ch.ExchangeDelete(name, false, false); err != nil {
-			return fmt.Errorf("messaging: delete exchange %q: %w", name, err)
+			return fmt.Errorf("rabbitmq: delete exchange %q: %w", name, err)
 		}
 	}
 	d.done.Exchanges = append(d.done.Exchanges, name)

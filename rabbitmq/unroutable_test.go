@@ -1,4 +1,4 @@
-package messaging_test
+package rabbitmq_test
 
 import (
 	"testing"
@@ -8,7 +8,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bentoevents/bento/internal/buscheck"
 	"github.com/bentoevents/bento/messaging"
+	"github.com/bentoevents/bento/rabbitmq"
 )
 
 // TestUnroutableEventsCanBeReplayedOnceTheirQueueExists: an event no queue
@@ -26,30 +28,30 @@ func TestUnroutableEventsCanBeReplayedOnceTheirQueueExists(t *testing.T) {
 	other := message.NewMessage("other-1", []byte(`{}`))
 	other.Metadata.Set(messaging.MetaEventType, "other.event")
 	require.NoError(t, pub.Publish("other.event", other))
-	unroutable := messaging.UnroutableQueue(r.name)
-	require.Eventually(t, func() bool { return r.depth(unroutable) == 2 }, waitFor, 20*time.Millisecond)
+	unroutable := rabbitmq.UnroutableQueue(r.name)
+	require.Eventually(t, func() bool { return r.depth(unroutable) == 2 }, buscheck.WaitFor, 20*time.Millisecond)
 
 	ctx := t.Context()
-	parked, err := messaging.ListUnroutable(ctx, r.cfg, []string{"late.event"}, 10)
+	parked, err := rabbitmq.ListUnroutable(ctx, r.cfg, []string{"late.event"}, 10)
 	require.NoError(t, err)
 	require.Len(t, parked, 1)
 	assert.Equal(t, "late-1", parked[0].UUID)
 	assert.Equal(t, 2, r.depth(unroutable), "listing leaves them")
 
-	replayed, back, err := messaging.ReplayUnroutable(ctx, r.cfg, []string{"late.event"})
+	replayed, back, err := rabbitmq.ReplayUnroutable(ctx, r.cfg, []string{"late.event"})
 	require.NoError(t, err)
 	assert.Len(t, replayed, 1)
 	assert.Equal(t, 1, back, "no queue yet: it came straight back")
-	require.Eventually(t, func() bool { return r.depth(unroutable) == 2 }, waitFor, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return r.depth(unroutable) == 2 }, buscheck.WaitFor, 20*time.Millisecond)
 
 	queue := r.name + ".late-group"
-	require.NoError(t, messaging.DeclareQueue(ctx, r.cfg, queue, "late.*"))
+	require.NoError(t, rabbitmq.DeclareQueue(ctx, r.cfg, queue, "late.*"))
 	t.Cleanup(func() { _, _ = r.ch.QueueDelete(queue, false, false, false) })
-	replayed, back, err = messaging.ReplayUnroutable(ctx, r.cfg, []string{"late.event"})
+	replayed, back, err = rabbitmq.ReplayUnroutable(ctx, r.cfg, []string{"late.event"})
 	require.NoError(t, err)
 	assert.Len(t, replayed, 1)
 	assert.Zero(t, back)
-	require.Eventually(t, func() bool { return r.depth(queue) == 1 }, waitFor, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return r.depth(queue) == 1 }, buscheck.WaitFor, 20*time.Millisecond)
 	d := r.get(queue)
 	assert.Equal(t, "late-1", d.MessageId, "its id kept")
 	assert.Equal(t, 1, r.depth(unroutable), "the other event stays parked")

@@ -1,9 +1,10 @@
-package messaging
+package rabbitmq
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/url"
 	"slices"
@@ -15,14 +16,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/bentoevents/bento/internal/clip"
 	"github.com/bentoevents/bento/internal/closing"
+	"github.com/bentoevents/bento/internal/tracing"
+	"github.com/bentoevents/bento/messaging"
 )
 
-// ErrInvalidConfig is wrapped by every problem [AMQPConfig] validation finds.
-var ErrInvalidConfig = errors.New("messaging: invalid config")
+// ErrInvalidConfig is wrapped by every problem [Config] validation finds.
+var ErrInvalidConfig = errors.New("rabbitmq: invalid config")
 
-// Defaults of [AMQPConfig].
+// Defaults of [Config].
 const (
 	DefaultExchange        = "bento.events"
 	DefaultChannelPoolSize = 16
@@ -34,13 +36,13 @@ const (
 // setupTimeout bounds the topology declaration done by the constructors.
 const setupTimeout = 30 * time.Second
 
-// AMQPConfig configures the RabbitMQ publisher and subscriber. A zero
+// Config configures the RabbitMQ publisher and subscriber. A zero
 // field means the field's default, except URL, which has none and is
-// required; a nil *AMQPConfig is a zero one, so it fails naming URL.
+// required; a nil *Config is a zero one, so it fails naming URL.
 // Impossible values are rejected with [ErrInvalidConfig] naming the field.
 // Producers and consumers that leave Exchange empty agree on
 // DefaultExchange; set it on both sides or on neither.
-type AMQPConfig struct {
+type Config struct {
 	// URL is the broker's address, amqp://user:pass@host:5672/vhost or
 	// amqps://... It has no default: it is required.
 	URL string
@@ -66,8 +68,8 @@ type AMQPConfig struct {
 }
 
 // resolve returns a validated copy of c with the defaults filled in.
-func (c *AMQPConfig) resolve() (*AMQPConfig, error) {
-	r := AMQPConfig{}
+func (c *Config) resolve() (*Config, error) {
+	r := Config{}
 	if c != nil {
 		r = *c
 	}
@@ -89,7 +91,7 @@ func (c *AMQPConfig) resolve() (*AMQPConfig, error) {
 
 // ExchangeName returns the exchange c names: Exchange, or DefaultExchange
 // when it is empty (or c is nil).
-func (c *AMQPConfig) ExchangeName() string {
+func (c *Config) ExchangeName() string {
 	if c == nil || c.Exchange == "" {
 		return DefaultExchange
 	}
@@ -97,18 +99,18 @@ func (c *AMQPConfig) ExchangeName() string {
 }
 
 // validate names every bad field of c, whose defaults are filled in.
-func (c *AMQPConfig) validate() error {
+func (c *Config) validate() error {
 	var errs []error
 	bad := func(field, reason string) {
-		errs = append(errs, fmt.Errorf("%w: AMQPConfig.%s %s", ErrInvalidConfig, field, reason))
+		errs = append(errs, fmt.Errorf("%w: Config.%s %s", ErrInvalidConfig, field, reason))
 	}
 	if c.URL == "" {
 		bad("URL", "is required")
 	} else if reason := checkURL(c.URL); reason != "" {
 		bad("URL", reason)
 	}
-	if r := checkName(c.Exchange); r != "" {
-		bad("Exchange", fmt.Sprintf("%q %s", clip.String(c.Exchange), r))
+	if err := messaging.ValidateExchange(c.Exchange); err != nil {
+		errs = append(errs, fmt.Errorf("%w: Config.Exchange is invalid: %w", ErrInvalidConfig, err))
 	}
 	if c.ChannelPoolSize < 0 {
 		bad("ChannelPoolSize", fmt.Sprintf("%d is negative", c.ChannelPoolSize))
@@ -142,7 +144,7 @@ func checkURL(s string) string {
 // wamqpConfig is the watermill-amqp configuration shared by our publishers
 // and subscribers: one durable topic exchange with a constant name, routing
 // key = watermill topic = event type.
-func (c *AMQPConfig) wamqpConfig(b topologyBuilder) wamqp.Config {
+func (c *Config) wamqpConfig(b topologyBuilder) wamqp.Config {
 	exchange := c.Exchange
 	return wamqp.Config{
 		Connection: wamqp.ConnectionConfig{AmqpURI: c.URL},
@@ -168,22 +170,22 @@ func (c *AMQPConfig) wamqpConfig(b topologyBuilder) wamqp.Config {
 	}
 }
 
-// AMQPPublisher publishes messages to the RabbitMQ topic exchange with
+// Publisher publishes messages to the RabbitMQ topic exchange with
 // publisher confirms. It implements message.Publisher and is safe for
 // concurrent use.
-type AMQPPublisher struct {
+type Publisher struct {
 	pub   *wamqp.Publisher
 	guard closing.Guard
 }
 
 // publisherSetup validates cfg and declares the topology a publisher needs,
-// bounded by setupTimeout; both publishers start with it.
-func (cfg *AMQPConfig) publisherSetup() (*AMQPConfig, error) {
+// bounded by ctx and by setupTimeout; both publishers start with it.
+func (cfg *Config) publisherSetup(ctx context.Context) (*Config, error) {
 	c, err := cfg.resolve()
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	ctx, cancel := context.WithTimeout(ctx, setupTimeout)
 	defer cancel()
 	if err := DeclareTopology(ctx, c); err != nil {
 		return nil, err
@@ -191,28 +193,60 @@ func (cfg *AMQPConfig) publisherSetup() (*AMQPConfig, error) {
 	return c, nil
 }
 
-// NewAMQPPublisher declares the topology (see [DeclareTopology], bounded by
-// 30 seconds) and connects a publisher. The publisher reconnects on its own
-// when the connection drops.
+// openWithin runs open, which takes no context, and returns what it opens,
+// or ctx's error once ctx ends first; what open returns after that is
+// closed. watermill-amqp dials and declares in its constructors without a
+// context: this bounds them.
+func openWithin[T io.Closer](ctx context.Context, open func() (T, error)) (T, error) {
+	type opened struct {
+		v   T
+		err error
+	}
+	done := make(chan opened, 1)
+	go func() {
+		v, err := open()
+		done <- opened{v, err}
+	}()
+	select {
+	case o := <-done:
+		return o.v, o.err
+	case <-ctx.Done():
+		go func() {
+			if o := <-done; o.err == nil {
+				_ = o.v.Close()
+			}
+		}()
+		var zero T
+		return zero, ctx.Err()
+	}
+}
+
+// NewPublisher declares the topology (see [DeclareTopology]) and connects a
+// publisher. ctx bounds both, the declaration also by 30 seconds; once
+// NewPublisher has returned, ctx no longer matters. The publisher
+// reconnects on its own when the connection drops.
 //
-// It returns an error wrapping [ErrInvalidConfig] for a bad cfg.
-func NewAMQPPublisher(cfg *AMQPConfig) (*AMQPPublisher, error) {
-	c, err := cfg.publisherSetup()
+// It returns an error wrapping [ErrInvalidConfig] for a bad cfg, or ctx's
+// error when ctx ends first.
+func NewPublisher(ctx context.Context, cfg *Config) (*Publisher, error) {
+	c, err := cfg.publisherSetup(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("new AMQP publisher: %w", err)
 	}
-	pub, err := wamqp.NewPublisher(c.wamqpConfig(topologyBuilder{}), watermill.NewSlogLogger(c.Logger))
+	pub, err := openWithin(ctx, func() (*wamqp.Publisher, error) {
+		return wamqp.NewPublisher(c.wamqpConfig(topologyBuilder{}), watermill.NewSlogLogger(c.Logger))
+	})
 	if err != nil {
 		return nil, fmt.Errorf("new AMQP publisher: %w", err)
 	}
-	return &AMQPPublisher{pub: pub}, nil
+	return &Publisher{pub: pub}, nil
 }
 
 // Publish publishes msgs to the exchange with topic as routing key, as
 // persistent messages whose AMQP MessageId is the message UUID, and returns
 // once the broker has confirmed each of them (it waits for each message in
 // turn). For throughput, call Publish from several goroutines at once: up
-// to AMQPConfig.ChannelPoolSize calls run in parallel.
+// to Config.ChannelPoolSize calls run in parallel.
 //
 // A message that no binding matches is not lost: the broker routes it to
 // the "<exchange>.unroutable" queue and confirms it.
@@ -220,8 +254,8 @@ func NewAMQPPublisher(cfg *AMQPConfig) (*AMQPPublisher, error) {
 // An error means some of msgs may not have reached the broker: treat it as
 // "retry later". In particular, while the connection is down Publish fails
 // at once (it neither waits nor buffers) and the publisher reconnects in the
-// background. It returns an error wrapping [ErrInvalidName] for a malformed
-// topic, and [ErrClosed] after Close.
+// background. It returns an error wrapping [messaging.ErrInvalidName] for a malformed
+// topic, and [messaging.ErrClosed] after Close.
 //
 // Publish takes no context and sets no deadline of its own. On a link that
 // stops answering without closing, it fails once amqp091's heartbeat check
@@ -231,14 +265,14 @@ func NewAMQPPublisher(cfg *AMQPConfig) (*AMQPPublisher, error) {
 // that takes. The projector stops waiting at its PublishTimeout and lets
 // the call finish in the background. [ConfirmPublisher.PublishBatch] is
 // bounded by its context instead.
-func (p *AMQPPublisher) Publish(topic string, msgs ...*message.Message) error {
-	if err := validateTopic(topic); err != nil {
+func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	if err := messaging.ValidateTopic(topic); err != nil {
 		return fmt.Errorf("publish: %w", err)
 	}
 	if slices.Contains(msgs, nil) {
 		return fmt.Errorf("publish to %q: nil message", topic)
 	}
-	return p.guard.Use(ErrClosed, func() error {
+	return p.guard.Use(messaging.ErrClosed, func() error {
 		if err := p.pub.Publish(topic, msgs...); err != nil {
 			return fmt.Errorf("publish to %q: %w", topic, err)
 		}
@@ -250,7 +284,7 @@ func (p *AMQPPublisher) Publish(topic string, msgs ...*message.Message) error {
 // It is idempotent. Like Publish it has no deadline: on a link that stopped
 // answering it returns after about 15 seconds (the heartbeat check), and
 // while the broker blocks publishers, once it unblocks them.
-func (p *AMQPPublisher) Close() error {
+func (p *Publisher) Close() error {
 	return p.guard.Close(func() error {
 		if err := p.pub.Close(); err != nil {
 			return fmt.Errorf("close AMQP publisher: %w", err)
@@ -259,40 +293,49 @@ func (p *AMQPPublisher) Close() error {
 	})
 }
 
-// AMQPSubscriber consumes the durable queue of one consumer group. It
+// Subscriber consumes the durable queue of one consumer group. It
 // implements message.Subscriber and message.SubscribeInitializer.
-type AMQPSubscriber struct {
+type Subscriber struct {
 	sub   *wamqp.Subscriber
 	guard closing.Guard
 }
 
-// NewAMQPSubscriber connects a subscriber for the consumer group group and
+// NewSubscriber connects a subscriber for the consumer group group and
 // declares, before returning, the topology and the group's durable queue
 // bound to each pattern (see [DeclareQueue]); from then on the queue keeps
 // what is routed to it. Each Subscribe redeclares them, and so does the
-// subscriber after a reconnect.
+// subscriber after a reconnect. ctx bounds the dial and the declaration;
+// once NewSubscriber has returned, ctx no longer matters (each Subscribe
+// takes its own).
 //
-// It returns an error wrapping [ErrInvalidConfig] for a bad cfg and
-// [ErrInvalidName] for a bad group or pattern.
-func NewAMQPSubscriber(cfg *AMQPConfig, group string, patterns ...string) (*AMQPSubscriber, error) {
+// It returns an error wrapping [ErrInvalidConfig] for a bad cfg,
+// [messaging.ErrInvalidName] for a bad group or pattern, or ctx's error
+// when ctx ends first.
+func NewSubscriber(ctx context.Context, cfg *Config, group string, patterns ...string) (*Subscriber, error) {
 	c, err := cfg.resolve()
 	if err != nil {
 		return nil, err
 	}
-	if err := errors.Join(validateGroup(group), validatePatterns(patterns)); err != nil {
+	if err := errors.Join(messaging.ValidateGroup(group), messaging.ValidatePatterns(patterns)); err != nil {
 		return nil, fmt.Errorf("new AMQP subscriber: %w", err)
 	}
 	wc := c.wamqpConfig(topologyBuilder{patterns: slices.Clone(patterns)})
 	wc.Queue.GenerateName = wamqp.GenerateQueueNameConstant(group)
-	sub, err := wamqp.NewSubscriber(wc, watermill.NewSlogLogger(c.Logger))
+	sub, err := openWithin(ctx, func() (*wamqp.Subscriber, error) {
+		sub, err := wamqp.NewSubscriber(wc, watermill.NewSlogLogger(c.Logger))
+		if err != nil {
+			return nil, err
+		}
+		if err := sub.SubscribeInitialize(group); err != nil {
+			_ = sub.Close()
+			return nil, err
+		}
+		return sub, nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("new AMQP subscriber: %w", err)
 	}
-	if err := sub.SubscribeInitialize(group); err != nil {
-		_ = sub.Close()
-		return nil, fmt.Errorf("new AMQP subscriber: %w", err)
-	}
-	return &AMQPSubscriber{sub: sub}, nil
+	return &Subscriber{sub: sub}, nil
 }
 
 // Subscribe starts a consumer on the group's queue and returns the channel
@@ -300,17 +343,17 @@ func NewAMQPSubscriber(cfg *AMQPConfig, group string, patterns ...string) (*AMQP
 // group's binding patterns route to it. Several Subscribe calls are
 // competing consumers on the queue. Each subscription delivers one message
 // at a time and waits for its Ack or Nack (the broker sends up to
-// AMQPConfig.PrefetchCount ahead); a nacked message is requeued and
+// Config.PrefetchCount ahead); a nacked message is requeued and
 // redelivered. The channel is closed when ctx is cancelled or the subscriber
 // is closed; the messages the broker sent ahead then go back to the queue,
 // and the one in the consumer's hands still counts its Ack or Nack (Close
 // requeues it). Each message's context derives from ctx and is cancelled
 // once the message is acked or nacked.
 //
-// It returns [ErrClosed] after Close.
-func (s *AMQPSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+// It returns [messaging.ErrClosed] after Close.
+func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	var out <-chan *message.Message
-	err := s.guard.Use(ErrClosed, func() error {
+	err := s.guard.Use(messaging.ErrClosed, func() error {
 		in, err := s.sub.Subscribe(ctx, topic)
 		if err != nil {
 			return fmt.Errorf("subscribe: %w", err)
@@ -359,8 +402,8 @@ func untilDone(ctx context.Context, in <-chan *message.Message) <-chan *message.
 
 // SubscribeInitialize declares the topology and the group's queue and
 // bindings; topic is ignored. It implements message.SubscribeInitializer.
-func (s *AMQPSubscriber) SubscribeInitialize(topic string) error {
-	return s.guard.Use(ErrClosed, func() error {
+func (s *Subscriber) SubscribeInitialize(topic string) error {
+	return s.guard.Use(messaging.ErrClosed, func() error {
 		if err := s.sub.SubscribeInitialize(topic); err != nil {
 			return fmt.Errorf("subscribe initialize: %w", err)
 		}
@@ -370,7 +413,7 @@ func (s *AMQPSubscriber) SubscribeInitialize(topic string) error {
 
 // Close closes every subscription's channel, waits for them to stop and
 // closes the connection. It is idempotent.
-func (s *AMQPSubscriber) Close() error {
+func (s *Subscriber) Close() error {
 	return s.guard.Close(func() error {
 		if err := s.sub.Close(); err != nil {
 			return fmt.Errorf("close AMQP subscriber: %w", err)
@@ -378,3 +421,7 @@ func (s *AMQPSubscriber) Close() error {
 		return nil
 	})
 }
+
+// MessagingSystem returns "rabbitmq", the publisher's messaging.system name
+// in traces.
+func (p *Publisher) MessagingSystem() string { return tracing.SystemRabbitMQ }

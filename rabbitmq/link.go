@@ -1,4 +1,4 @@
-package messaging
+package rabbitmq
 
 import (
 	"context"
@@ -37,7 +37,7 @@ type link struct {
 	reason    string        // the broker's reason for the block
 }
 
-func dialLink(ctx context.Context, cfg *AMQPConfig, m *publisherMetrics) (*link, error) {
+func dialLink(ctx context.Context, cfg *Config, m *publisherMetrics) (*link, error) {
 	conn, sock, err := cfg.dialSocket(ctx)
 	if err != nil {
 		return nil, err
@@ -146,7 +146,7 @@ func (l *link) close() error {
 	case err := <-done:
 		l.kill()
 		if err != nil && !errors.Is(err, amqp.ErrClosed) {
-			return fmt.Errorf("messaging: close AMQP connection: %w", err)
+			return fmt.Errorf("rabbitmq: close AMQP connection: %w", err)
 		}
 		return nil
 	case <-t.C:

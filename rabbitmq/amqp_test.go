@@ -1,4 +1,4 @@
-package messaging_test
+package rabbitmq_test
 
 import (
 	"context"
@@ -19,15 +19,18 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bentoevents/bento/internal/buscheck"
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
+	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/rabbitmq"
 )
 
 // rabbit is a test's view of the broker: a config with an exchange of its
 // own, and a raw connection for looking behind the package's back.
 type rabbit struct {
 	t    *testing.T
-	cfg  *messaging.AMQPConfig
+	cfg  *rabbitmq.Config
 	conn *amqp.Connection
 	ch   *amqp.Channel
 	name string // unique prefix of the test's exchange and queues
@@ -48,7 +51,7 @@ func setupRabbit(t *testing.T) *rabbit {
 		name: name,
 		conn: conn,
 		ch:   ch,
-		cfg: &messaging.AMQPConfig{
+		cfg: &rabbitmq.Config{
 			URL:      url,
 			Exchange: name,
 			Logger:   slog.New(slog.DiscardHandler),
@@ -79,9 +82,9 @@ func (r *rabbit) group(suffix string) string {
 	return g
 }
 
-func (r *rabbit) publisher() *messaging.AMQPPublisher {
+func (r *rabbit) publisher() *rabbitmq.Publisher {
 	r.t.Helper()
-	p, err := messaging.NewAMQPPublisher(r.cfg)
+	p, err := rabbitmq.NewPublisher(ctxTimeout(r.t), r.cfg)
 	require.NoError(r.t, err)
 	r.t.Cleanup(func() { _ = p.Close() })
 	return p
@@ -104,8 +107,22 @@ func (r *rabbit) get(queue string) amqp.Delivery {
 	return d
 }
 
+// orderRow is an outbox row of an order aggregate with a correlation id.
+func orderRow() *outbox.Message {
+	return &outbox.Message{ID: "01JD0000000000000000000001", TenantID: "acme", Topic: "order.paid",
+		AggregateType: "order", AggregateID: "o-42", AggregateVersion: 7, SchemaVersion: 1,
+		Payload:    outbox.JSON(`{"order_id":"o-42","amount_cents":1200}`),
+		Metadata:   outbox.Metadata{messaging.MetaCorrelationID: "01JD0000000000000000000000"},
+		OccurredAt: time.Date(2026, 11, 21, 10, 30, 0, 0, time.UTC)}
+}
+
+// msg is a bare message whose id is also its payload.
+func msg(id string) *message.Message {
+	return message.NewMessage(id, []byte(`{"id":"`+id+`"}`))
+}
+
 func ctxTimeout(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
+	ctx, cancel := context.WithTimeout(t.Context(), buscheck.WaitFor)
 	t.Cleanup(cancel)
 	return ctx
 }
@@ -114,15 +131,15 @@ func TestAMQPPublisherWire(t *testing.T) {
 	t.Parallel()
 	r := setupRabbit(t)
 	group := r.group("billing")
-	require.NoError(t, messaging.DeclareQueue(ctxTimeout(t), r.cfg, group, "order.*"))
+	require.NoError(t, rabbitmq.DeclareQueue(ctxTimeout(t), r.cfg, group, "order.*"))
 	pub := r.publisher()
 
-	row := sampleRow()
+	row := orderRow()
 	msg, err := messaging.NewMessage(row)
 	require.NoError(t, err)
 	require.NoError(t, pub.Publish("order.paid", msg))
 
-	other := sampleRow()
+	other := orderRow()
 	other.ID, other.Topic = "01JD0000000000000000000002", "invoice.sent"
 	stray, err := messaging.NewMessage(other)
 	require.NoError(t, err)
@@ -157,7 +174,7 @@ func TestAMQPSubscriberDecodeAckNack(t *testing.T) {
 	t.Parallel()
 	r := setupRabbit(t)
 	group := r.group("audit")
-	sub, err := messaging.NewAMQPSubscriber(r.cfg, group, "order.#")
+	sub, err := rabbitmq.NewSubscriber(t.Context(), r.cfg, group, "order.#")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
 	pub := r.publisher()
@@ -165,7 +182,7 @@ func TestAMQPSubscriberDecodeAckNack(t *testing.T) {
 	// The queue exists once the subscriber is built: this is kept.
 	rows := map[string]string{"01JD0000000000000000000011": "order.paid", "01JD0000000000000000000012": "order.paid.late"}
 	for id, topic := range rows {
-		row := sampleRow()
+		row := orderRow()
 		row.ID, row.Topic = id, topic
 		m, err := messaging.NewMessage(row)
 		require.NoError(t, err)
@@ -178,7 +195,7 @@ func TestAMQPSubscriberDecodeAckNack(t *testing.T) {
 	const nacked = "01JD0000000000000000000011"
 	deliveries := map[string]int{}
 	for len(deliveries) < 2 || deliveries[nacked] < 2 {
-		m := receive(t, ch)
+		m := buscheck.Receive(t, ch)
 		env, err := messaging.Decode(m)
 		require.NoError(t, err)
 		assert.Equal(t, m.UUID, env.ID)
@@ -197,7 +214,7 @@ func TestAMQPSubscriberDecodeAckNack(t *testing.T) {
 	assert.Equal(t, map[string]int{nacked: 2, "01JD0000000000000000000012": 1}, deliveries)
 
 	require.NoError(t, sub.Close())
-	requireClosed(t, ch)
+	buscheck.RequireClosed(t, ch)
 	_, err = sub.Subscribe(t.Context(), "")
 	require.ErrorIs(t, err, messaging.ErrClosed)
 	require.NoError(t, pub.Close())
@@ -208,7 +225,7 @@ func TestAMQPSubscriberCompetingConsumers(t *testing.T) {
 	t.Parallel()
 	r := setupRabbit(t)
 	group := r.group("workers")
-	sub, err := messaging.NewAMQPSubscriber(r.cfg, group, "job.*")
+	sub, err := rabbitmq.NewSubscriber(t.Context(), r.cfg, group, "job.*")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
 	pub := r.publisher()
@@ -226,7 +243,7 @@ func TestAMQPSubscriberCompetingConsumers(t *testing.T) {
 		select {
 		case m = <-ch1:
 		case m = <-ch2:
-		case <-time.After(waitFor):
+		case <-time.After(buscheck.WaitFor):
 			t.Fatalf("got %d of %d messages", len(seen), n)
 		}
 		seen[m.UUID]++
@@ -241,7 +258,7 @@ func TestAMQPSubscriberContextCancel(t *testing.T) {
 	t.Parallel()
 	r := setupRabbit(t)
 	group := r.group("cancel")
-	sub, err := messaging.NewAMQPSubscriber(r.cfg, group, "job.*")
+	sub, err := rabbitmq.NewSubscriber(t.Context(), r.cfg, group, "job.*")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
 	pub := r.publisher()
@@ -255,11 +272,11 @@ func TestAMQPSubscriberContextCancel(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		ch, err := sub.Subscribe(ctx, "")
 		require.NoError(t, err)
-		m := receive(t, ch)
+		m := buscheck.Receive(t, ch)
 		seen[m.UUID] = true
 		m.Ack()
 		cancel()
-		requireClosed(t, ch) // at once, and nothing more after the cancel
+		buscheck.RequireClosed(t, ch) // at once, and nothing more after the cancel
 	}
 	assert.Len(t, seen, n, "messages prefetched by cancelled subscriptions are requeued")
 }
@@ -268,7 +285,7 @@ func TestAMQPSubscriberForeignProducer(t *testing.T) {
 	t.Parallel()
 	r := setupRabbit(t)
 	group := r.group("foreign")
-	sub, err := messaging.NewAMQPSubscriber(r.cfg, group, "order.*")
+	sub, err := rabbitmq.NewSubscriber(t.Context(), r.cfg, group, "order.*")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
 
@@ -295,7 +312,7 @@ func TestAMQPSubscriberForeignProducer(t *testing.T) {
 
 	ch, err := sub.Subscribe(t.Context(), "")
 	require.NoError(t, err)
-	m := receive(t, ch)
+	m := buscheck.Receive(t, ch)
 	require.Equal(t, "foreign-1", m.UUID)
 	assert.Equal(t, `{"a":1}`, string(m.Payload))
 	assert.Equal(t, "order.paid", m.Metadata.Get("event_type"))
@@ -311,7 +328,7 @@ func TestAMQPSubscriberForeignProducer(t *testing.T) {
 	assert.EqualValues(t, 2, death[0]["count"])
 	m.Ack()
 
-	m = receive(t, ch)
+	m = buscheck.Receive(t, ch)
 	assert.Equal(t, "foreign-2", m.UUID)
 	assert.Empty(t, m.Metadata)
 	m.Ack()
@@ -321,7 +338,7 @@ func TestAMQPPublisherConcurrent(t *testing.T) {
 	t.Parallel()
 	r := setupRabbit(t)
 	group := r.group("all")
-	require.NoError(t, messaging.DeclareQueue(ctxTimeout(t), r.cfg, group, "#"))
+	require.NoError(t, rabbitmq.DeclareQueue(ctxTimeout(t), r.cfg, group, "#"))
 	pub := r.publisher()
 
 	const n, workers = 200, 16
@@ -355,7 +372,7 @@ func TestAMQPPublisherConcurrent(t *testing.T) {
 		select {
 		case d := <-deliveries:
 			seen[d.MessageId]++
-		case <-time.After(waitFor):
+		case <-time.After(buscheck.WaitFor):
 			t.Fatalf("got %d of %d messages", len(seen), n)
 		}
 	}
@@ -370,7 +387,7 @@ func TestAMQPTopologyConflict(t *testing.T) {
 	r := setupRabbit(t)
 	// An exchange of that name without the alternate-exchange argument.
 	require.NoError(t, r.ch.ExchangeDeclare(r.name, "topic", true, false, false, false, nil))
-	_, err := messaging.NewAMQPPublisher(r.cfg)
+	_, err := rabbitmq.NewPublisher(ctxTimeout(r.t), r.cfg)
 	var aerr *amqp.Error
 	require.ErrorAs(t, err, &aerr)
 	assert.Equal(t, amqp.PreconditionFailed, aerr.Code)
@@ -381,10 +398,10 @@ func TestAMQPDeclareIdempotent(t *testing.T) {
 	r := setupRabbit(t)
 	group := r.group("g")
 	for range 2 {
-		require.NoError(t, messaging.DeclareTopology(ctxTimeout(t), r.cfg))
-		require.NoError(t, messaging.DeclareQueue(ctxTimeout(t), r.cfg, group, "a.*", "b.#"))
+		require.NoError(t, rabbitmq.DeclareTopology(ctxTimeout(t), r.cfg))
+		require.NoError(t, rabbitmq.DeclareQueue(ctxTimeout(t), r.cfg, group, "a.*", "b.#"))
 	}
-	require.NoError(t, messaging.DeclareQueue(ctxTimeout(t), r.cfg, group, "c"))
+	require.NoError(t, rabbitmq.DeclareQueue(ctxTimeout(t), r.cfg, group, "c"))
 	pub := r.publisher()
 	for _, topic := range []string{"a.x", "b", "b.y.z", "c", "d"} {
 		require.NoError(t, pub.Publish(topic, msg(topic)))
@@ -394,12 +411,12 @@ func TestAMQPDeclareIdempotent(t *testing.T) {
 
 	cancelled, cancel := context.WithCancel(t.Context())
 	cancel()
-	require.ErrorIs(t, messaging.DeclareTopology(cancelled, r.cfg), context.Canceled)
+	require.ErrorIs(t, rabbitmq.DeclareTopology(cancelled, r.cfg), context.Canceled)
 }
 
 func TestAMQPConfigValidation(t *testing.T) {
 	t.Parallel()
-	bad := &messaging.AMQPConfig{
+	bad := &rabbitmq.Config{
 		URL:             "http://guest:guest@127.0.0.1:5672/",
 		Exchange:        "amq.topic",
 		ChannelPoolSize: -1,
@@ -408,43 +425,43 @@ func TestAMQPConfigValidation(t *testing.T) {
 	fields := []string{"URL", "Exchange", "ChannelPoolSize", "PrefetchCount"}
 	check := func(t *testing.T, err error, fields ...string) {
 		t.Helper()
-		require.ErrorIs(t, err, messaging.ErrInvalidConfig)
+		require.ErrorIs(t, err, rabbitmq.ErrInvalidConfig)
 		var joined interface{ Unwrap() []error }
 		require.ErrorAs(t, err, &joined)
 		problems := joined.Unwrap()
 		require.Len(t, problems, len(fields), "%v", err)
 		for i, f := range fields {
-			assert.ErrorIs(t, problems[i], messaging.ErrInvalidConfig)
-			assert.Contains(t, problems[i].Error(), "AMQPConfig."+f+" ")
+			assert.ErrorIs(t, problems[i], rabbitmq.ErrInvalidConfig)
+			assert.Contains(t, problems[i].Error(), "Config."+f+" ")
 		}
 	}
-	_, err := messaging.NewAMQPPublisher(bad)
+	_, err := rabbitmq.NewPublisher(t.Context(), bad)
 	check(t, err, fields...)
-	_, err = messaging.NewAMQPSubscriber(bad, "g", "a")
+	_, err = rabbitmq.NewSubscriber(t.Context(), bad, "g", "a")
 	check(t, err, fields...)
-	check(t, messaging.DeclareTopology(t.Context(), bad), fields...)
-	check(t, messaging.DeclareQueue(t.Context(), bad, "g", "a"), fields...)
+	check(t, rabbitmq.DeclareTopology(t.Context(), bad), fields...)
+	check(t, rabbitmq.DeclareQueue(t.Context(), bad, "g", "a"), fields...)
 
-	_, err = messaging.NewAMQPPublisher(nil)
+	_, err = rabbitmq.NewPublisher(t.Context(), nil)
 	check(t, err, "URL") // the one field without a default
-	check(t, messaging.DeclareTopology(t.Context(), &messaging.AMQPConfig{
+	check(t, rabbitmq.DeclareTopology(t.Context(), &rabbitmq.Config{
 		URL: "amqp://guest:guest@127.0.0.1:5672/", Exchange: "has space", PrefetchCount: 70000,
 	}), "Exchange", "PrefetchCount")
 
 	// The password never shows in the error.
-	_, err = messaging.NewAMQPPublisher(&messaging.AMQPConfig{URL: "amqp://u:s3cret@127.0.0.1:bad/", Exchange: messaging.DefaultExchange})
+	_, err = rabbitmq.NewPublisher(t.Context(), &rabbitmq.Config{URL: "amqp://u:s3cret@127.0.0.1:bad/", Exchange: rabbitmq.DefaultExchange})
 	check(t, err, "URL")
 	assert.NotContains(t, err.Error(), "s3cret")
 
-	good := &messaging.AMQPConfig{URL: "amqps://u:p@127.0.0.1/vhost", Exchange: messaging.DefaultExchange}
+	good := &rabbitmq.Config{URL: "amqps://u:p@127.0.0.1/vhost", Exchange: rabbitmq.DefaultExchange}
 	for _, args := range [][]string{{"", "a"}, {"amq.g", "a"}, {"g"}, {"g", "a..b"}} {
-		err := messaging.DeclareQueue(t.Context(), good, args[0], args[1:]...)
+		err := rabbitmq.DeclareQueue(t.Context(), good, args[0], args[1:]...)
 		require.ErrorIs(t, err, messaging.ErrInvalidName, "%q", args)
-		require.False(t, errors.Is(err, messaging.ErrInvalidConfig))
-		_, err = messaging.NewAMQPSubscriber(good, args[0], args[1:]...)
+		require.False(t, errors.Is(err, rabbitmq.ErrInvalidConfig))
+		_, err = rabbitmq.NewSubscriber(t.Context(), good, args[0], args[1:]...)
 		require.ErrorIs(t, err, messaging.ErrInvalidName, "%q", args)
 	}
-	assert.True(t, strings.HasPrefix(messaging.DefaultExchange, "bento."))
+	assert.True(t, strings.HasPrefix(rabbitmq.DefaultExchange, "bento."))
 }
 
 // TestAMQPConfigDefaults checks that a zero field takes its default: a
@@ -453,32 +470,32 @@ func TestAMQPConfigValidation(t *testing.T) {
 func TestAMQPConfigDefaults(t *testing.T) {
 	t.Parallel()
 	const url = "amqp://guest:guest@127.0.0.1:5672/"
-	c, err := messaging.Resolve(&messaging.AMQPConfig{URL: url})
+	c, err := rabbitmq.Resolve(&rabbitmq.Config{URL: url})
 	require.NoError(t, err)
 	assert.Equal(t, "bento.events", c.Exchange)
 	assert.Equal(t, 16, c.ChannelPoolSize)
 	assert.Equal(t, 32, c.PrefetchCount)
 	assert.NotNil(t, c.Logger)
-	assert.Equal(t, "bento.events", (&messaging.AMQPConfig{}).ExchangeName())
-	assert.Equal(t, "bento.events", (*messaging.AMQPConfig)(nil).ExchangeName())
-	assert.Equal(t, "x.events", (&messaging.AMQPConfig{Exchange: "x.events"}).ExchangeName())
+	assert.Equal(t, "bento.events", (&rabbitmq.Config{}).ExchangeName())
+	assert.Equal(t, "bento.events", (*rabbitmq.Config)(nil).ExchangeName())
+	assert.Equal(t, "x.events", (&rabbitmq.Config{Exchange: "x.events"}).ExchangeName())
 
-	c, err = messaging.Resolve(&messaging.AMQPConfig{URL: url, Exchange: "x.events", PrefetchCount: 5})
+	c, err = rabbitmq.Resolve(&rabbitmq.Config{URL: url, Exchange: "x.events", PrefetchCount: 5})
 	require.NoError(t, err)
 	assert.Equal(t, "x.events", c.Exchange)
 	assert.Equal(t, 5, c.PrefetchCount)
 
-	_, err = messaging.Resolve(&messaging.AMQPConfig{URL: url, ChannelPoolSize: -1})
-	require.ErrorIs(t, err, messaging.ErrInvalidConfig)
-	assert.Contains(t, err.Error(), "AMQPConfig.ChannelPoolSize")
+	_, err = rabbitmq.Resolve(&rabbitmq.Config{URL: url, ChannelPoolSize: -1})
+	require.ErrorIs(t, err, rabbitmq.ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "Config.ChannelPoolSize")
 }
 
 // TestPartitionSpecDefaults checks that a zero DeliveryLimit gives quorum
 // partition queues DefaultDeliveryLimit.
 func TestPartitionSpecDefaults(t *testing.T) {
 	t.Parallel()
-	args := messaging.QueueArgs(messaging.PartitionSpec{Group: "g", Count: 1, DeadKey: "g.dead"})
+	args := rabbitmq.QueueArgs(rabbitmq.PartitionSpec{Group: "g", Count: 1, DeadKey: "g.dead"})
 	assert.Equal(t, 20, args["x-delivery-limit"])
-	args = messaging.QueueArgs(messaging.PartitionSpec{Group: "g", Count: 1, DeadKey: "g.dead", DeliveryLimit: 3})
+	args = rabbitmq.QueueArgs(rabbitmq.PartitionSpec{Group: "g", Count: 1, DeadKey: "g.dead", DeliveryLimit: 3})
 	assert.Equal(t, 3, args["x-delivery-limit"])
 }

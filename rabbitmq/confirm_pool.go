@@ -1,10 +1,12 @@
-package messaging
+package rabbitmq
 
 import (
 	"context"
 	"fmt"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/bentoevents/bento/messaging"
 )
 
 // channel takes a channel from the pool, opening one (and the connection)
@@ -23,7 +25,7 @@ func (p *ConfirmPublisher) channel(ctx context.Context) (*confirmChannel, error)
 		p.mu.Lock()
 		if p.mu.Closed() {
 			p.mu.Unlock()
-			return nil, ErrClosed
+			return nil, messaging.ErrClosed
 		}
 		if p.open < cap(p.pool) {
 			p.open++
@@ -47,7 +49,7 @@ func (p *ConfirmPublisher) channel(ctx context.Context) (*confirmChannel, error)
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-p.mu.Done():
-			return nil, ErrClosed
+			return nil, messaging.ErrClosed
 		}
 	}
 }
@@ -66,11 +68,11 @@ func (p *ConfirmPublisher) openChannel(ctx context.Context) (*confirmChannel, er
 	err = l.guard(ctx, func() error {
 		ch, err := l.conn.Channel()
 		if err != nil {
-			return fmt.Errorf("messaging: open channel: %w", err)
+			return fmt.Errorf("rabbitmq: open channel: %w", err)
 		}
 		if err := ch.Confirm(false); err != nil {
 			l.closeChannel(ch)
-			return fmt.Errorf("messaging: confirm mode: %w", err)
+			return fmt.Errorf("rabbitmq: confirm mode: %w", err)
 		}
 		cc = &confirmChannel{
 			link:    l,
@@ -90,7 +92,7 @@ func (p *ConfirmPublisher) connection(ctx context.Context) (*link, error) {
 		p.mu.Lock()
 		if p.mu.Closed() {
 			p.mu.Unlock()
-			return nil, ErrClosed
+			return nil, messaging.ErrClosed
 		}
 		if l := p.link; l != nil && !l.conn.IsClosed() {
 			p.mu.Unlock()
@@ -104,7 +106,7 @@ func (p *ConfirmPublisher) connection(ctx context.Context) (*link, error) {
 			case <-ctx.Done():
 				return nil, ctx.Err()
 			case <-p.mu.Done():
-				return nil, ErrClosed
+				return nil, messaging.ErrClosed
 			}
 		}
 		dialing := make(chan struct{})
@@ -126,7 +128,7 @@ func (p *ConfirmPublisher) connection(ctx context.Context) (*link, error) {
 		}
 		if closed {
 			go func() { _ = l.close() }()
-			return nil, ErrClosed
+			return nil, messaging.ErrClosed
 		}
 		return l, nil
 	}
@@ -134,7 +136,7 @@ func (p *ConfirmPublisher) connection(ctx context.Context) (*link, error) {
 
 // waitUnblocked returns once l is not blocked by the broker. It returns an
 // error wrapping ErrBlocked and ctx's error when ctx ends first, and
-// ErrClosed when the publisher is closed meanwhile.
+// messaging.ErrClosed when the publisher is closed meanwhile.
 func (p *ConfirmPublisher) waitUnblocked(ctx context.Context, l *link) error {
 	for {
 		wait, _ := l.blocked()
@@ -146,7 +148,7 @@ func (p *ConfirmPublisher) waitUnblocked(ctx context.Context, l *link) error {
 		case <-ctx.Done():
 			return blockedErr(l, ctx.Err())
 		case <-p.mu.Done():
-			return ErrClosed
+			return messaging.ErrClosed
 		}
 	}
 }

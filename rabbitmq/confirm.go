@@ -1,4 +1,4 @@
-package messaging
+package rabbitmq
 
 import (
 	"context"
@@ -10,42 +10,31 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/bentoevents/bento/internal/closing"
+	"github.com/bentoevents/bento/internal/tracing"
+	"github.com/bentoevents/bento/messaging"
 )
 
 var (
 	// ErrNacked is returned for a message the broker refused to take
 	// responsibility for (basic.nack).
-	ErrNacked = errors.New("messaging: broker did not confirm the message")
+	ErrNacked = errors.New("rabbitmq: broker did not confirm the message")
 	// ErrReturned is returned for a message the broker returned as
 	// unroutable (mandatory publish with no queue, not even through the
 	// alternate exchange, to take it).
-	ErrReturned = errors.New("messaging: broker returned the message as unroutable")
+	ErrReturned = errors.New("rabbitmq: broker returned the message as unroutable")
 	// ErrBlocked is returned for a message not published because the broker
 	// blocked the connection (connection.blocked: RabbitMQ is short of
 	// memory or disk and stopped reading from publishers) until the
 	// context ended. Retry later.
-	ErrBlocked = errors.New("messaging: broker blocked the connection")
-	// ErrMessageTooLarge is returned for a message whose properties and
-	// headers (its metadata) do not fit one AMQP frame of the connection
-	// (RabbitMQ's frame_max, 128 KiB by default). Its body may be of any
-	// size. The message is not sent: it would make the broker close the
-	// connection. Publishing it again cannot succeed.
-	ErrMessageTooLarge = errors.New("messaging: message headers too large for an AMQP frame")
+	ErrBlocked = errors.New("rabbitmq: broker blocked the connection")
 )
-
-// Outgoing is one message of a batch and the topic (routing key) it is
-// published under.
-type Outgoing struct {
-	Topic   string
-	Message *message.Message
-}
 
 // ConfirmPublisher publishes to RabbitMQ with pipelined publisher confirms:
 // a batch of messages is written to a channel without waiting, then the
 // broker's confirms for all of them are awaited together, so a batch costs
 // about one broker round trip instead of one per message (watermill-amqp's
 // publisher waits for each confirm in turn). It publishes the same wire format
-// as [AMQPPublisher] (persistent, MessageId and the Watermill UUID header set,
+// as [Publisher] (persistent, MessageId and the Watermill UUID header set,
 // metadata as headers) to the same topology, and it publishes with the
 // mandatory flag and watches basic.return: a message the broker could not
 // route anywhere is reported as [ErrReturned], never as published.
@@ -59,11 +48,11 @@ type Outgoing struct {
 // connections (connection.blocked) and stops reading from them. The
 // publisher then writes nothing: calls wait for connection.unblocked or the
 // end of their context. It logs the block and the unblock to
-// AMQPConfig.Logger, and, with AMQPConfig.Registerer, shows it in the gauge
+// Config.Logger, and, with Config.Registerer, shows it in the gauge
 // bento_amqp_publisher_blocked (1 while its connection is blocked; the
 // publishers sharing a registry add up).
 type ConfirmPublisher struct {
-	cfg     *AMQPConfig
+	cfg     *Config
 	metrics *publisherMetrics
 	pool    chan *confirmChannel
 
@@ -82,19 +71,21 @@ type confirmChannel struct {
 	closes  chan *amqp.Error // the broker's error when it closes ch
 }
 
-// NewConfirmPublisher declares the topology (see DeclareTopology) and
-// returns a publisher for cfg.
+// NewConfirmPublisher declares the topology (see [DeclareTopology]) and
+// returns a publisher for cfg. ctx bounds the declaration, which is also
+// bounded by 30 seconds; the publisher connects on its first publish, each
+// publish bounded by its own context.
 //
-// Errors: ErrInvalidConfig, the broker's error, or AMQPConfig.Registerer's
-// when it refuses the publisher's gauge.
-func NewConfirmPublisher(cfg *AMQPConfig) (*ConfirmPublisher, error) {
-	c, err := cfg.publisherSetup()
+// Errors: ErrInvalidConfig, the broker's error, ctx's error when ctx ends
+// first, or Config.Registerer's when it refuses the publisher's gauge.
+func NewConfirmPublisher(ctx context.Context, cfg *Config) (*ConfirmPublisher, error) {
+	c, err := cfg.publisherSetup(ctx)
 	if err != nil {
 		return nil, err
 	}
 	m, err := newPublisherMetrics(c.Registerer)
 	if err != nil {
-		return nil, fmt.Errorf("messaging: register metrics: %w", err)
+		return nil, fmt.Errorf("rabbitmq: register metrics: %w", err)
 	}
 	return &ConfirmPublisher{
 		cfg:     c,
@@ -105,9 +96,9 @@ func NewConfirmPublisher(cfg *AMQPConfig) (*ConfirmPublisher, error) {
 
 // Publish publishes msgs under topic and returns the first failure.
 func (p *ConfirmPublisher) Publish(topic string, msgs ...*message.Message) error {
-	batch := make([]Outgoing, len(msgs))
+	batch := make([]messaging.Outgoing, len(msgs))
 	for i, m := range msgs {
-		batch[i] = Outgoing{Topic: topic, Message: m}
+		batch[i] = messaging.Outgoing{Topic: topic, Message: m}
 	}
 	return errors.Join(p.PublishBatch(context.Background(), batch)...)
 }
@@ -117,21 +108,21 @@ func (p *ConfirmPublisher) Publish(topic string, msgs ...*message.Message) error
 // otherwise an error saying why not:
 //   - [ErrNacked]: the broker refused the message;
 //   - [ErrReturned]: the broker could not route it anywhere;
-//   - [ErrMessageTooLarge]: its metadata does not fit an AMQP frame (it is
+//   - [messaging.ErrMessageTooLarge]: its metadata does not fit an AMQP frame (it is
 //     not sent, so the others are not disturbed);
-//   - [ErrInvalidName]: its topic is not a valid routing key;
+//   - [messaging.ErrInvalidName]: its topic is not a valid routing key;
 //   - [ErrBlocked], together with ctx's error: the broker blocked the
 //     connection until ctx ended (the message was not written, or not
 //     confirmed);
 //   - ctx's error: ctx ended first;
-//   - [ErrClosed]: the publisher was closed;
+//   - [messaging.ErrClosed]: the publisher was closed;
 //   - the broker's *amqp091.Error: the message made the broker close the
 //     channel or the connection even when sent alone (see below);
 //   - otherwise the error of the dial or of the connection.
 //
 // A message whose outcome is an error may still have reached the broker
 // (at least once). Treat an error as "retry later", except
-// ErrMessageTooLarge and ErrInvalidName, which no retry cures.
+// messaging.ErrMessageTooLarge and messaging.ErrInvalidName, which no retry cures.
 //
 // When the channel or its connection fails in the middle of the batch, the
 // messages not yet confirmed are published again on a fresh channel
@@ -147,27 +138,27 @@ func (p *ConfirmPublisher) Publish(topic string, msgs ...*message.Message) error
 // closing: when ctx ends while a message is being written, the publisher
 // closes the connection's socket (the next call reconnects), and every
 // message not confirmed by then is reported with an error wrapping ctx's.
-func (p *ConfirmPublisher) PublishBatch(ctx context.Context, batch []Outgoing) []error {
+func (p *ConfirmPublisher) PublishBatch(ctx context.Context, batch []messaging.Outgoing) []error {
 	errs := make([]error, len(batch))
 	pubs := make([]amqp.Publishing, len(batch))
 	todo := make([]int, 0, len(batch))
 	for i, o := range batch {
 		if o.Message == nil {
-			errs[i] = fmt.Errorf("messaging: publish to %q: nil message", o.Topic)
+			errs[i] = fmt.Errorf("rabbitmq: publish to %q: nil message", o.Topic)
 			continue
 		}
-		if err := validateTopic(o.Topic); err != nil {
-			errs[i] = fmt.Errorf("messaging: publish %s: %w", o.Message.UUID, err)
+		if err := messaging.ValidateTopic(o.Topic); err != nil {
+			errs[i] = fmt.Errorf("rabbitmq: publish %s: %w", o.Message.UUID, err)
 			continue
 		}
-		pub, err := defaultMarshaler.Marshal(o.Message)
+		pub, err := marshaler{}.Marshal(o.Message)
 		if err == nil {
 			// What amqp091 would refuse before writing: a publish error is
 			// then always the channel's, never the message's.
 			err = pub.Headers.Validate()
 		}
 		if err != nil {
-			errs[i] = fmt.Errorf("messaging: marshal %s: %w", o.Message.UUID, err)
+			errs[i] = fmt.Errorf("rabbitmq: marshal %s: %w", o.Message.UUID, err)
 			continue
 		}
 		pubs[i] = pub
@@ -175,7 +166,7 @@ func (p *ConfirmPublisher) PublishBatch(ctx context.Context, batch []Outgoing) [
 	}
 	failAll := func(idx []int, err error) {
 		for _, i := range idx {
-			errs[i] = fmt.Errorf("messaging: publish %s: %w", batch[i].Message.UUID, err)
+			errs[i] = fmt.Errorf("rabbitmq: publish %s: %w", batch[i].Message.UUID, err)
 		}
 	}
 	// A channel or connection that fails in the middle of a round fails
@@ -233,3 +224,7 @@ func (p *ConfirmPublisher) Close() error {
 	}
 	return l.close()
 }
+
+// MessagingSystem returns "rabbitmq", the publisher's messaging.system name
+// in traces.
+func (p *ConfirmPublisher) MessagingSystem() string { return tracing.SystemRabbitMQ }

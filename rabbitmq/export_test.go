@@ -1,4 +1,4 @@
-package messaging
+package rabbitmq
 
 import "github.com/ThreeDotsLabs/watermill/message"
 
@@ -20,7 +20,7 @@ func FrameSize(p *ConfirmPublisher) int {
 // HeaderFrameSize returns the size of the content header frame m is sent
 // with.
 func HeaderFrameSize(m *message.Message) int {
-	pub, err := defaultMarshaler.Marshal(m)
+	pub, err := marshaler{}.Marshal(m)
 	if err != nil {
 		panic(err)
 	}
@@ -36,7 +36,7 @@ func SetHashExchangeType(typ string) (restore func()) {
 }
 
 // Resolve returns cfg validated, with its defaults filled in.
-func Resolve(cfg *AMQPConfig) (*AMQPConfig, error) { return cfg.resolve() }
+func Resolve(cfg *Config) (*Config, error) { return cfg.resolve() }
 
 // QueueArgs returns the arguments of spec's partition queues.
 func QueueArgs(spec PartitionSpec) map[string]any { return spec.queueArgs() }

@@ -1,4 +1,4 @@
-package messaging_test
+package rabbitmq_test
 
 import (
 	"context"
@@ -17,18 +17,19 @@ import (
 	"github.com/bentoevents/bento/internal/tcpproxy"
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
+	"github.com/bentoevents/bento/rabbitmq"
 )
 
 // confirmSetup declares a fresh exchange with a queue bound to "order.#".
-func confirmSetup(t *testing.T) (*messaging.AMQPConfig, string, *amqp.Channel) {
+func confirmSetup(t *testing.T) (*rabbitmq.Config, string, *amqp.Channel) {
 	t.Helper()
 	ex := testenv.NewExchange(t)
-	cfg := &messaging.AMQPConfig{URL: ex.URL, Exchange: ex.Name, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	cfg := &rabbitmq.Config{URL: ex.URL, Exchange: ex.Name, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	q := ex.Name + ".orders"
 	ex.Queues(q)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	require.NoError(t, messaging.DeclareQueue(ctx, cfg, q, "order.#"))
+	require.NoError(t, rabbitmq.DeclareQueue(ctx, cfg, q, "order.#"))
 	conn, err := amqp.Dial(ex.URL)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
@@ -63,7 +64,7 @@ func queued(t *testing.T, ch *amqp.Channel, queue string) []amqp.Delivery {
 func TestConfirmPublisherBatch(t *testing.T) {
 	t.Parallel()
 	cfg, q, ch := confirmSetup(t)
-	p, err := messaging.NewConfirmPublisher(cfg)
+	p, err := rabbitmq.NewConfirmPublisher(t.Context(), cfg)
 	require.NoError(t, err)
 	defer p.Close()
 
@@ -103,7 +104,7 @@ func TestConfirmPublisherReportsReturns(t *testing.T) {
 	cfg, q, ch := confirmSetup(t)
 	_, err := ch.QueueDelete(cfg.Exchange+".unroutable", false, false, false)
 	require.NoError(t, err)
-	p, err := messaging.NewConfirmPublisher(cfg)
+	p, err := rabbitmq.NewConfirmPublisher(t.Context(), cfg)
 	require.NoError(t, err)
 	defer p.Close()
 	_, _ = ch.QueueDelete(cfg.Exchange+".unroutable", false, false, false) // declared again by the constructor
@@ -115,9 +116,9 @@ func TestConfirmPublisherReportsReturns(t *testing.T) {
 		return "nobody.listens"
 	}))
 	assert.NoError(t, errs[0])
-	assert.ErrorIs(t, errs[1], messaging.ErrReturned)
+	assert.ErrorIs(t, errs[1], rabbitmq.ErrReturned)
 	assert.NoError(t, errs[2])
-	assert.ErrorIs(t, errs[3], messaging.ErrReturned)
+	assert.ErrorIs(t, errs[3], rabbitmq.ErrReturned)
 	assert.Len(t, queued(t, ch, q), 2)
 }
 
@@ -135,7 +136,7 @@ func TestConfirmPublisherReconnects(t *testing.T) {
 	pu := *u
 	pu.Host = proxy.Addr()
 	via.URL = pu.String()
-	p, err := messaging.NewConfirmPublisher(&via)
+	p, err := rabbitmq.NewConfirmPublisher(t.Context(), &via)
 	require.NoError(t, err)
 	defer p.Close()
 

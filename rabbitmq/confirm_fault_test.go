@@ -1,4 +1,4 @@
-package messaging_test
+package rabbitmq_test
 
 import (
 	"bytes"
@@ -19,11 +19,12 @@ import (
 
 	"github.com/bentoevents/bento/internal/tcpproxy"
 	"github.com/bentoevents/bento/messaging"
+	"github.com/bentoevents/bento/rabbitmq"
 )
 
 // viaProxy returns a copy of cfg that reaches the broker through an AMQP
 // test proxy.
-func viaProxy(t *testing.T, cfg *messaging.AMQPConfig) (*messaging.AMQPConfig, *tcpproxy.Proxy) {
+func viaProxy(t *testing.T, cfg *rabbitmq.Config) (*rabbitmq.Config, *tcpproxy.Proxy) {
 	t.Helper()
 	u, err := url.Parse(cfg.URL)
 	require.NoError(t, err)
@@ -74,7 +75,7 @@ func TestConfirmPublisherSilentLink(t *testing.T) {
 	t.Parallel()
 	cfg, q, ch := confirmSetup(t)
 	via, proxy := viaProxy(t, cfg)
-	p, err := messaging.NewConfirmPublisher(via)
+	p, err := rabbitmq.NewConfirmPublisher(t.Context(), via)
 	require.NoError(t, err)
 	defer p.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -183,7 +184,7 @@ func TestConfirmPublisherBlocked(t *testing.T) {
 	isBlocked := func(want float64) func() bool {
 		return func() bool { return gauge(t, reg, blockedGauge) == want }
 	}
-	p, err := messaging.NewConfirmPublisher(via)
+	p, err := rabbitmq.NewConfirmPublisher(t.Context(), via)
 	require.NoError(t, err)
 	defer p.Close()
 	long, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -202,7 +203,7 @@ func TestConfirmPublisherBlocked(t *testing.T) {
 	})
 	require.Len(t, errs, len(held))
 	for i, err := range errs {
-		assert.ErrorIs(t, err, messaging.ErrBlocked, "message %d", i)
+		assert.ErrorIs(t, err, rabbitmq.ErrBlocked, "message %d", i)
 		assert.ErrorIs(t, err, context.DeadlineExceeded, "message %d", i)
 	}
 
@@ -287,7 +288,7 @@ func requireOnlyOneFailed(t *testing.T, errs []error, batch []messaging.Outgoing
 func TestConfirmPublisherMessageTooLarge(t *testing.T) {
 	t.Parallel()
 	cfg, q, ch := confirmSetup(t)
-	p, err := messaging.NewConfirmPublisher(cfg)
+	p, err := rabbitmq.NewConfirmPublisher(t.Context(), cfg)
 	require.NoError(t, err)
 	defer p.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -307,10 +308,10 @@ func TestConfirmPublisherMessageTooLarge(t *testing.T) {
 func TestConfirmPublisherFailureCostsOneMessage(t *testing.T) {
 	t.Parallel()
 	cfg, q, ch := confirmSetup(t)
-	p, err := messaging.NewConfirmPublisher(cfg)
+	p, err := rabbitmq.NewConfirmPublisher(t.Context(), cfg)
 	require.NoError(t, err)
 	defer p.Close()
-	messaging.SkipSizeCheck(p)
+	rabbitmq.SkipSizeCheck(p)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
@@ -336,30 +337,30 @@ func TestConfirmPublisherFailureCostsOneMessage(t *testing.T) {
 func TestConfirmPublisherFrameSizeBoundary(t *testing.T) {
 	t.Parallel()
 	cfg, _, _ := confirmSetup(t)
-	p, err := messaging.NewConfirmPublisher(cfg)
+	p, err := rabbitmq.NewConfirmPublisher(t.Context(), cfg)
 	require.NoError(t, err)
 	defer p.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	requirePublished(t, p.PublishBatch(ctx, orders(1)))
-	frame := messaging.FrameSize(p)
+	frame := rabbitmq.FrameSize(p)
 	require.Positive(t, frame, "the broker sets frame_max")
 
 	sized := func(size int) messaging.Outgoing {
 		o := orders(1)[0]
 		o.Message.Metadata.Set("blob", "")
-		o.Message.Metadata.Set("blob", strings.Repeat("x", size-messaging.HeaderFrameSize(o.Message)))
-		require.Equal(t, size, messaging.HeaderFrameSize(o.Message))
+		o.Message.Metadata.Set("blob", strings.Repeat("x", size-rabbitmq.HeaderFrameSize(o.Message)))
+		require.Equal(t, size, rabbitmq.HeaderFrameSize(o.Message))
 		return o
 	}
 	errs := p.PublishBatch(ctx, []messaging.Outgoing{sized(frame), sized(frame + 1)})
 	assert.NoError(t, errs[0], "a header frame of exactly frame_max bytes fits")
 	assert.ErrorIs(t, errs[1], messaging.ErrMessageTooLarge)
 
-	unchecked, err := messaging.NewConfirmPublisher(cfg)
+	unchecked, err := rabbitmq.NewConfirmPublisher(t.Context(), cfg)
 	require.NoError(t, err)
 	defer unchecked.Close()
-	messaging.SkipSizeCheck(unchecked)
+	rabbitmq.SkipSizeCheck(unchecked)
 	assert.NoError(t, unchecked.PublishBatch(ctx, []messaging.Outgoing{sized(frame + 8)})[0], "within RabbitMQ's tolerance")
 	err = unchecked.PublishBatch(ctx, []messaging.Outgoing{sized(frame + 9)})[0]
 	var aerr *amqp.Error
@@ -375,7 +376,7 @@ func TestConfirmPublisherFrameSizeBoundary(t *testing.T) {
 func TestConfirmPublisherRetriesAreBounded(t *testing.T) {
 	t.Parallel()
 	cfg, _, ch := confirmSetup(t)
-	p, err := messaging.NewConfirmPublisher(cfg)
+	p, err := rabbitmq.NewConfirmPublisher(t.Context(), cfg)
 	require.NoError(t, err)
 	defer p.Close()
 	require.NoError(t, ch.ExchangeDelete(cfg.Exchange, false, false))
@@ -401,7 +402,7 @@ func TestConfirmPublisherRepublishesAfterLinkFailure(t *testing.T) {
 	t.Parallel()
 	cfg, q, ch := confirmSetup(t)
 	via, proxy := viaProxy(t, cfg)
-	p, err := messaging.NewConfirmPublisher(via)
+	p, err := rabbitmq.NewConfirmPublisher(t.Context(), via)
 	require.NoError(t, err)
 	defer p.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

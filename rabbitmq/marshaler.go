@@ -1,4 +1,4 @@
-package messaging
+package rabbitmq
 
 import (
 	"encoding/json"
@@ -9,6 +9,8 @@ import (
 	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v2/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/bentoevents/bento/messaging"
 )
 
 // uuidHeader is the AMQP header watermill-amqp carries the message UUID in.
@@ -30,19 +32,22 @@ var defaultMarshaler = wamqp.DefaultMarshaler{
 	PostprocessPublishing: func(p amqp.Publishing) amqp.Publishing {
 		p.MessageId, _ = p.Headers[uuidHeader].(string)
 		p.ContentType = "application/json"
-		// Partition queues' hash exchange drops a message without a
-		// partition key: give every message bento publishes one.
-		if k, _ := headerString(p.Headers[MetaPartitionKey]); k == "" {
-			get := func(key string) string { s, _ := headerString(p.Headers[key]); return s }
-			p.Headers[MetaPartitionKey] = partitionKey(p.MessageId, get(MetaTenantID), get(MetaAggregateType), get(MetaAggregateID))
-		}
 		return p
 	},
 }
 
-// Marshal implements wamqp.Marshaler.
+// Marshal implements wamqp.Marshaler. Partition queues' hash exchange drops
+// a message without a partition key, so every message bento publishes gets
+// one: messaging.PartitionKey of msg when its metadata has none.
 func (marshaler) Marshal(msg *message.Message) (amqp.Publishing, error) {
-	return defaultMarshaler.Marshal(msg)
+	p, err := defaultMarshaler.Marshal(msg)
+	if err != nil {
+		return p, err
+	}
+	if k, _ := headerString(p.Headers[messaging.MetaPartitionKey]); k == "" {
+		p.Headers[messaging.MetaPartitionKey] = messaging.PartitionKey(msg)
+	}
+	return p, nil
 }
 
 // Unmarshal implements wamqp.Marshaler.

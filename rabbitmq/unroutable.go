@@ -1,10 +1,12 @@
-package messaging
+package rabbitmq
 
 import (
 	"context"
 	"slices"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/bentoevents/bento/messaging"
 )
 
 // UnroutableQueue is the queue of the events published to exchange that no
@@ -16,15 +18,15 @@ func UnroutableQueue(exchange string) string { return exchange + unroutableSuffi
 // of cfg's exchange whose event type is one of types (all when types is
 // empty), oldest first, leaving them there.
 //
-// Errors: ErrQueueNotFound, ErrInvalidConfig, or the broker's.
-func ListUnroutable(ctx context.Context, cfg *AMQPConfig, types []string, limit int) ([]*message.Message, error) {
+// Errors: messaging.ErrQueueNotFound, ErrInvalidConfig, or the broker's.
+func ListUnroutable(ctx context.Context, cfg *Config, types []string, limit int) ([]*message.Message, error) {
 	c, err := cfg.resolve()
 	if err != nil {
 		return nil, err
 	}
 	var out []*message.Message
 	err = BrowseQueue(ctx, c, UnroutableQueue(c.Exchange), unroutableScan, func(msg *message.Message) (Browse, error) {
-		if len(out) < limit && (len(types) == 0 || slices.Contains(types, msg.Metadata.Get(MetaEventType))) {
+		if len(out) < limit && (len(types) == 0 || slices.Contains(types, msg.Metadata.Get(messaging.MetaEventType))) {
 			out = append(out, msg)
 		}
 		return Browse{}, nil
@@ -42,8 +44,8 @@ const unroutableScan = 100_000
 // event still routed nowhere comes back to the unroutable queue; it is
 // counted in back, not replayed again. It returns the events republished.
 //
-// Errors: ErrQueueNotFound, ErrInvalidConfig, or the broker's.
-func ReplayUnroutable(ctx context.Context, cfg *AMQPConfig, types []string) (replayed []*message.Message, back int, err error) {
+// Errors: messaging.ErrQueueNotFound, ErrInvalidConfig, or the broker's.
+func ReplayUnroutable(ctx context.Context, cfg *Config, types []string) (replayed []*message.Message, back int, err error) {
 	c, err := cfg.resolve()
 	if err != nil {
 		return nil, 0, err
@@ -54,7 +56,7 @@ func ReplayUnroutable(ctx context.Context, cfg *AMQPConfig, types []string) (rep
 			back++
 			return Browse{}, nil
 		}
-		et := msg.Metadata.Get(MetaEventType)
+		et := msg.Metadata.Get(messaging.MetaEventType)
 		if et == "" || (len(types) > 0 && !slices.Contains(types, et)) {
 			return Browse{}, nil
 		}

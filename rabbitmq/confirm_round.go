@@ -1,4 +1,4 @@
-package messaging
+package rabbitmq
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/bentoevents/bento/messaging"
 )
 
 // roundResult is what one round of PublishBatch on one channel leaves to
@@ -28,7 +30,7 @@ type roundResult struct {
 
 // round publishes the messages idx of batch on cc, pipelined, waits for
 // their confirms and records every outcome it can decide in errs.
-func (p *ConfirmPublisher) round(ctx context.Context, cc *confirmChannel, batch []Outgoing, pubs []amqp.Publishing, idx []int, errs []error) roundResult {
+func (p *ConfirmPublisher) round(ctx context.Context, cc *confirmChannel, batch []messaging.Outgoing, pubs []amqp.Publishing, idx []int, errs []error) roundResult {
 	r := roundResult{healthy: true}
 	// A write to the socket ignores ctx: when ctx ends during one, close
 	// the socket, which fails the write.
@@ -110,7 +112,7 @@ drain:
 	if err := p.stopErr(ctx, cc.link); err != nil {
 		r.stop = err
 		for _, i := range undecided {
-			errs[i] = fmt.Errorf("messaging: publish %s: %w", batch[i].Message.UUID, err)
+			errs[i] = fmt.Errorf("rabbitmq: publish %s: %w", batch[i].Message.UUID, err)
 		}
 		return r
 	}
@@ -121,7 +123,7 @@ drain:
 }
 
 // stopErr returns why the batch cannot go on, or nil: ctx's error (with
-// ErrBlocked if the broker blocks l) once ctx ended, or ErrClosed once the
+// ErrBlocked if the broker blocks l) once ctx ended, or messaging.ErrClosed once the
 // publisher is closed.
 func (p *ConfirmPublisher) stopErr(ctx context.Context, l *link) error {
 	if err := ctx.Err(); err != nil {
@@ -129,7 +131,7 @@ func (p *ConfirmPublisher) stopErr(ctx context.Context, l *link) error {
 	}
 	select {
 	case <-p.mu.Done():
-		return ErrClosed
+		return messaging.ErrClosed
 	default:
 		return nil
 	}
@@ -153,7 +155,7 @@ func (cc *confirmChannel) closeReason(publishErr error) error {
 
 // checkSizes fails, in errs, the messages of todo whose content header does
 // not fit one frame of l, and returns the others.
-func (p *ConfirmPublisher) checkSizes(l *link, batch []Outgoing, pubs []amqp.Publishing, todo []int, errs []error) []int {
+func (p *ConfirmPublisher) checkSizes(l *link, batch []messaging.Outgoing, pubs []amqp.Publishing, todo []int, errs []error) []int {
 	if p.skipSizeCheck || l.frameSize <= 0 {
 		return todo
 	}
@@ -161,7 +163,7 @@ func (p *ConfirmPublisher) checkSizes(l *link, batch []Outgoing, pubs []amqp.Pub
 	for _, i := range todo {
 		if size := headerFrameSize(&pubs[i]); size > l.frameSize {
 			errs[i] = fmt.Errorf("%w: %s: its properties and %d headers make a %d-byte content header frame, over the %d-byte frame size of the connection",
-				ErrMessageTooLarge, batch[i].Message.UUID, len(pubs[i].Headers), size, l.frameSize)
+				messaging.ErrMessageTooLarge, batch[i].Message.UUID, len(pubs[i].Headers), size, l.frameSize)
 			continue
 		}
 		fit = append(fit, i)
