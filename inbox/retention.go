@@ -41,21 +41,25 @@ type PurgeOpts struct {
 // Errors: [ErrInvalidArgument] for a negative olderThan, the context's
 // error, [ErrClosed], or the database error.
 func Purge(ctx context.Context, db *gorm.DB, olderThan time.Duration, opts *PurgeOpts) (int64, error) {
-	if olderThan < 0 {
-		return 0, fmt.Errorf("inbox: purge: %w: negative age %v", ErrInvalidArgument, olderThan)
+	where, args, opts, err := purgeable("purge", olderThan, opts)
+	if err != nil {
+		return 0, err
 	}
-	if opts == nil {
-		opts = &PurgeOpts{}
-	}
-	where, args := purgeable(olderThan, opts)
 	query := `DELETE FROM inbox_messages WHERE (consumer, message_id) IN (
   SELECT consumer, message_id FROM inbox_messages WHERE ` + where + ` ORDER BY received_at LIMIT @limit)`
 	return purge.Batches(ctx, db, query, args, opts.BatchSize, func(err error) error { return wrapDB("purge", err) })
 }
 
 // purgeable returns the condition (and its arguments) that selects the
-// records Purge deletes and CountPurgeable counts.
-func purgeable(olderThan time.Duration, opts *PurgeOpts) (string, map[string]any) {
+// records Purge deletes and CountPurgeable counts, and opts with nil made
+// zero, or an error naming op for a negative age.
+func purgeable(op string, olderThan time.Duration, opts *PurgeOpts) (string, map[string]any, *PurgeOpts, error) {
+	if olderThan < 0 {
+		return "", nil, nil, fmt.Errorf("inbox: %s: %w: negative age %v", op, ErrInvalidArgument, olderThan)
+	}
+	if opts == nil {
+		opts = &PurgeOpts{}
+	}
 	var clock aggregate.Clock = aggregate.SystemClock{}
 	if opts.Clock != nil {
 		clock = opts.Clock
@@ -64,7 +68,7 @@ func purgeable(olderThan time.Duration, opts *PurgeOpts) (string, map[string]any
 	if opts.Consumer != "" {
 		where += ` AND consumer = @consumer`
 	}
-	return where, map[string]any{"before": clock.Now().UTC().Add(-olderThan), "consumer": opts.Consumer}
+	return where, map[string]any{"before": clock.Now().UTC().Add(-olderThan), "consumer": opts.Consumer}, opts, nil
 }
 
 // CountPurgeable counts the records that Purge with the same arguments
@@ -73,13 +77,10 @@ func purgeable(olderThan time.Duration, opts *PurgeOpts) (string, map[string]any
 // Errors: [ErrInvalidArgument] for a negative olderThan, [ErrClosed], or
 // the database error.
 func CountPurgeable(ctx context.Context, db *gorm.DB, olderThan time.Duration, opts *PurgeOpts) (int64, error) {
-	if olderThan < 0 {
-		return 0, fmt.Errorf("inbox: count purgeable: %w: negative age %v", ErrInvalidArgument, olderThan)
+	where, args, _, err := purgeable("count purgeable", olderThan, opts)
+	if err != nil {
+		return 0, err
 	}
-	if opts == nil {
-		opts = &PurgeOpts{}
-	}
-	where, args := purgeable(olderThan, opts)
 	var n int64
 	if err := db.WithContext(ctx).Raw(`SELECT count(*) FROM inbox_messages WHERE `+where, args).Scan(&n).Error; err != nil {
 		return 0, wrapDB("count purgeable", err)
