@@ -89,7 +89,6 @@ func ledgerRows(t *testing.T, env *bentotest.Env, kind string) int64 {
 // chain (a handler that emits an event another consumer handles).
 func TestCommandDrainAssert(t *testing.T) {
 	t.Parallel()
-	start := time.Now()
 	env := open(t)
 	accounting := env.MustConsumer(t, "accounting")
 	require.NoError(t, consumer.Handle(accounting, func(ctx context.Context, tx *gorm.DB, e Deposited, m *messaging.Envelope) error {
@@ -129,7 +128,6 @@ func TestCommandDrainAssert(t *testing.T) {
 	thanks := env.PublishedEvents(t)[2]
 	deposits := env.PublishedEvents(t)[0]
 	assert.Equal(t, deposits.ID, thanks.Metadata["causation_id"], "the chain keeps causation")
-	assert.Less(t, time.Since(start), time.Second, "the kit is fast")
 }
 
 func TestRequireRecorded(t *testing.T) {
