@@ -96,8 +96,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer, when set, receives the metrics. Defaults to none.
 	Registerer prometheus.Registerer
-	// Clock is the clock the idempotency purge measures expiry from (the
-	// other jobs use the database's). Defaults to aggregate.SystemClock.
+	// Clock is the clock the idempotency purge measures expiry from and
+	// partition maintenance places partitions by (the outbox and inbox
+	// purges use the database's). Defaults to aggregate.SystemClock.
 	Clock aggregate.Clock
 }
 
@@ -192,7 +193,7 @@ func prepare(cfg *Config, m metrics) (Config, []job, error) {
 				return store.PurgeSent(ctx, c.OutboxRetention, nil)
 			}},
 			job{JobOutboxMaintain, func(ctx context.Context) (int64, error) {
-				return maintained(outbox.Maintain(ctx, db, &partition.MaintainOpts{Retention: c.OutboxRetention}))
+				return maintained(outbox.Maintain(ctx, db, &partition.MaintainOpts{Retention: c.OutboxRetention, Clock: c.Clock}))
 			}})
 	}
 	if c.InboxRetention > 0 {
@@ -201,7 +202,7 @@ func prepare(cfg *Config, m metrics) (Config, []job, error) {
 				return inbox.Purge(ctx, db, c.InboxRetention, nil)
 			}},
 			job{JobInboxMaintain, func(ctx context.Context) (int64, error) {
-				return maintained(inbox.Maintain(ctx, db, &partition.MaintainOpts{Retention: c.InboxRetention}))
+				return maintained(inbox.Maintain(ctx, db, &partition.MaintainOpts{Retention: c.InboxRetention, Clock: c.Clock}))
 			}})
 	}
 	if c.Unroutable != nil {

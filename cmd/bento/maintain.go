@@ -29,8 +29,8 @@ func (c *cli) maintain(ctx context.Context, args []string) error {
 	fs.Var(&outboxRet, "outbox-retention", "drop outbox partitions whose range ended this long ago, if all their rows are sent")
 	inboxRet := ageFlag{d: inbox.DefaultRetention}
 	fs.Var(&inboxRet, "inbox-retention", "drop inbox partitions whose range ended this long ago (the dedup window)")
-	var sealAfter ageFlag
-	fs.Var(&sealAfter, "seal-after", "seal all-sent outbox partitions whose range ended this long ago (default 1h)")
+	sealAfter := ageFlag{d: partition.DefaultSealAfter}
+	fs.Var(&sealAfter, "seal-after", fmt.Sprintf("seal all-sent outbox partitions whose range ended this long ago (default %v)", partition.DefaultSealAfter))
 	ahead := fs.Int("ahead", 0, "partitions to keep created after the current one (default 7 daily, 2 monthly)")
 	dry := fs.Bool("dry-run", false, "list what would be created, sealed and dropped, and change nothing")
 	yes := fs.Bool("yes", false, "do not ask before dropping partitions")
