@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"gorm.io/gorm"
 
+	"github.com/bentoevents/bento/internal/dialect"
 	"github.com/bentoevents/bento/internal/tracing"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
@@ -207,20 +208,15 @@ func (in *Inbox) apply(ctx context.Context, es []*entry, h message.HandlerFunc) 
 // record inserts the inbox records of es in one statement and returns the
 // ids that were not there yet.
 func (in *Inbox) record(tx *gorm.DB, es []*entry) (map[string]bool, error) {
-	var sql strings.Builder
-	sql.WriteString("INSERT INTO inbox_messages (consumer, message_id, tenant_id, received_at) VALUES ")
 	args := make([]any, 0, 4*len(es))
 	now := in.cfg.Clock.Now().UTC()
-	for i, e := range es {
-		if i > 0 {
-			sql.WriteString(", ")
-		}
-		sql.WriteString("(?, ?, ?, ?)")
+	for _, e := range es {
 		args = append(args, in.cfg.Consumer, e.msg.UUID, e.tid, now)
 	}
-	sql.WriteString(" ON CONFLICT DO NOTHING RETURNING message_id")
+	sql := "INSERT INTO inbox_messages (consumer, message_id, tenant_id, received_at) VALUES " +
+		dialect.Tuples(len(es), 4) + " ON CONFLICT DO NOTHING RETURNING message_id"
 	var ids []string
-	if err := tx.Raw(sql.String(), args...).Scan(&ids).Error; err != nil {
+	if err := tx.Raw(sql, args...).Scan(&ids).Error; err != nil {
 		return nil, wrapDB("record messages", err)
 	}
 	fresh := make(map[string]bool, len(ids))
@@ -267,24 +263,20 @@ type markRow struct {
 // upsertMarks inserts the watermark rows of keys at versions, or on
 // conflict sets version to onConflict, in one statement.
 func (in *Inbox) upsertMarks(tx *gorm.DB, keys []aggKey, versions []int64, onConflict, returning string) ([]markRow, error) {
-	var sql strings.Builder
-	sql.WriteString("INSERT INTO inbox_watermarks (consumer, tenant_id, aggregate_type, aggregate_id, version, updated_at) VALUES ")
 	args := make([]any, 0, 6*len(keys))
 	now := in.cfg.Clock.Now().UTC()
 	for i, k := range keys {
-		if i > 0 {
-			sql.WriteString(", ")
-		}
-		sql.WriteString("(?, ?, ?, ?, ?, ?)")
 		args = append(args, in.cfg.Consumer, k.tid, k.typ, k.id, versions[i], now)
 	}
-	sql.WriteString(" ON CONFLICT (consumer, tenant_id, aggregate_type, aggregate_id) DO UPDATE SET version = " + onConflict +
-		", updated_at = excluded.updated_at " + returning)
+	sql := "INSERT INTO inbox_watermarks (consumer, tenant_id, aggregate_type, aggregate_id, version, updated_at) VALUES " +
+		dialect.Tuples(len(keys), 6) +
+		" ON CONFLICT (consumer, tenant_id, aggregate_type, aggregate_id) DO UPDATE SET version = " + onConflict +
+		", updated_at = excluded.updated_at " + returning
 	var rows []markRow
 	if returning == "" {
-		return nil, tx.Exec(sql.String(), args...).Error
+		return nil, tx.Exec(sql, args...).Error
 	}
-	return rows, tx.Raw(sql.String(), args...).Scan(&rows).Error
+	return rows, tx.Raw(sql, args...).Scan(&rows).Error
 }
 
 // finish deletes the records of the messages the watermark skipped and

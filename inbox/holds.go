@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/bentoevents/bento/internal/dialect"
 	"github.com/bentoevents/bento/messaging"
 )
 
@@ -135,7 +135,7 @@ WHERE consumer = ? AND tenant_id = ? AND aggregate_type = ? AND aggregate_id = ?
 // entangled.
 func (in *Inbox) Entangled(ctx context.Context, msgs []*message.Message) (map[Aggregate]bool, error) {
 	var (
-		keys []string
+		n    int
 		args = []any{in.cfg.Consumer}
 		seen = map[Aggregate]bool{}
 	)
@@ -149,13 +149,13 @@ func (in *Inbox) Entangled(ctx context.Context, msgs []*message.Message) (map[Ag
 			continue
 		}
 		seen[a] = true
-		keys = append(keys, "(?, ?, ?)")
+		n++
 		args = append(args, a.TenantID, a.Type, a.ID)
 	}
-	if len(keys) == 0 {
+	if n == 0 {
 		return nil, nil
 	}
-	set := strings.Join(keys, ", ")
+	set := dialect.Tuples(n, 3)
 	args = append(args, args...)
 	var rows []Aggregate
 	err := in.db.WithContext(ctx).Raw(`SELECT tenant_id, aggregate_type AS type, aggregate_id AS id FROM inbox_holds

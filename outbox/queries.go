@@ -277,8 +277,9 @@ const insertColumns = `INSERT INTO outbox_events (id, tenant_id, topic, aggregat
   aggregate_version, schema_version, payload, metadata, occurred_at, created_at, status,
   attempts, available_at, dedup_key, size_bytes) VALUES `
 
-// insertRow is one row of insertColumns' placeholders.
-const insertRow = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+// insertWidth is how many columns insertColumns names: the placeholders
+// of each row.
+const insertWidth = 16
 
 // insertOnConflict skips a row whose dedup key its tenant already used.
 const insertOnConflict = `
@@ -288,16 +289,7 @@ ON CONFLICT (tenant_id, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING`
 // than GORM's Create: every commit runs it, and Create reflects over the
 // Message struct for each row.
 func insertSQL(n int) string {
-	var b strings.Builder
-	b.Grow(len(insertColumns) + n*(len(insertRow)+2))
-	b.WriteString(insertColumns)
-	for i := range n {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(insertRow)
-	}
-	return b.String()
+	return insertColumns + dialect.Tuples(n, insertWidth)
 }
 
 // insertArgs are the values of insertSQL for msgs, in insertColumns' order.

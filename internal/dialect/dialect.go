@@ -5,6 +5,7 @@ package dialect
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"gorm.io/gorm"
 )
@@ -47,4 +48,23 @@ func (d Dialect) String() string {
 	default:
 		return fmt.Sprintf("dialect(%d)", int(d))
 	}
+}
+
+// Tuples returns n parenthesised groups of width placeholders, separated by
+// commas: "(?, ?), (?, ?)" for Tuples(2, 2). Multi-row VALUES lists and
+// row-value IN lists are built with it on both databases.
+func Tuples(n, width int) string {
+	if n <= 0 || width <= 0 {
+		return ""
+	}
+	row := "(" + strings.Repeat("?, ", width-1) + "?)"
+	var b strings.Builder
+	b.Grow(n * (len(row) + 2))
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(row)
+	}
+	return b.String()
 }
