@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/idempotency"
 	"github.com/bentoevents/bento/inbox"
+	"github.com/bentoevents/bento/internal/fakeclock"
 	"github.com/bentoevents/bento/outbox"
 )
 
@@ -121,17 +121,8 @@ func (c *cli) idempotency(ctx context.Context, args []string) error {
 	}
 	defer closeAll(db)
 	// One instant for the count and the purge, so they agree.
-	opts := &idempotency.PurgeOpts{BatchSize: *p.batch, Clock: frozen{time.Now().UTC()}}
+	opts := &idempotency.PurgeOpts{BatchSize: *p.batch, Clock: fakeclock.New(time.Now())}
 	return c.purgeRun(p, "expired idempotency keys",
 		func() (int64, error) { return idempotency.CountExpired(ctx, db, 0, opts) },
 		func() (int64, error) { return idempotency.Purge(ctx, db, 0, opts) })
 }
-
-// frozen is an aggregate.Clock stopped at one instant.
-type frozen struct{ t time.Time }
-
-// Now returns the instant.
-func (f frozen) Now() time.Time { return f.t }
-
-// NewID returns aggregate.NewIDAt(t).
-func (f frozen) NewID(t time.Time) string { return aggregate.NewIDAt(t) }
