@@ -66,7 +66,11 @@ func (c *Consumer) applyBatch(ctx context.Context, batch []*message.Message) int
 	if n > 0 {
 		err = nil // the database answered
 	}
-	c.leaveBreaker(ctx, probe, err)
+	cl := failed
+	if err != nil && ctx.Err() == nil {
+		cl = c.classify(ctx, err)
+	}
+	c.leaveBreaker(ctx, probe, err, cl)
 	if n > 0 {
 		c.metrics.observe(n, start)
 	}

@@ -36,12 +36,17 @@ type Config struct {
 	// dead-letters the message. Defaults to DefaultMaxRetries (5).
 	MaxRetries int
 	// OutageWindow is how long a message whose handling fails transiently
-	// (the database unreachable or restarting, a lost connection, a
-	// serialization failure or deadlock, a lock or statement timeout, a
-	// busy SQLite) keeps being retried with backoff, holding its place so
-	// that nothing behind it on its subscription overtakes it. Past the
-	// window such failures count toward MaxRetries. A negative value means
-	// none. Defaults to DefaultOutageWindow (1h).
+	// keeps being retried with backoff, without counting toward
+	// MaxRetries, holding its place so that nothing behind it on its
+	// subscription overtakes it. Transient failures are those of the
+	// group's own database (unreachable or restarting, a lost connection,
+	// a serialization failure or deadlock, a lock or statement timeout, a
+	// busy SQLite) and those the handler marks with Transient. A handler's
+	// own network errors and deadlines are ordinary failures: a failure
+	// that could come from anywhere (a refused connection, a deadline) is
+	// an outage only when the group's database does not answer a probe
+	// query either. Past the window such failures count toward MaxRetries.
+	// A negative value means none. Defaults to DefaultOutageWindow (1h).
 	OutageWindow time.Duration
 	// GapTimeout is how long a message refused with inbox.ErrGap (its
 	// aggregate's previous version not applied yet, under

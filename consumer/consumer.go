@@ -38,6 +38,7 @@ type SubscriberFactory func(patterns []string) (message.Subscriber, error)
 // add handlers with Handle, then Run.
 type Consumer struct {
 	cfg       Config
+	db        *gorm.DB
 	inbox     *inbox.Inbox
 	newSub    SubscriberFactory
 	dead      message.Publisher
@@ -104,7 +105,7 @@ func newConsumer(db *gorm.DB, newSub SubscriberFactory, dead message.Publisher, 
 		}
 	}
 	return &Consumer{
-		cfg: c, inbox: in, newSub: newSub, dead: dead, deadTopic: deadTopic, members: mem,
+		cfg: c, db: db, inbox: in, newSub: newSub, dead: dead, deadTopic: deadTopic, members: mem,
 		breaker: newBreaker(c.RetryInitialInterval, c.RetryMaxInterval), metrics: m,
 		handlers: map[string]handler{},
 		running:  make(chan struct{}),

@@ -20,10 +20,11 @@ import (
 	"github.com/bentoevents/bento/messaging"
 )
 
-// TestTransientFailuresOutlastMaxRetries: a handler whose database is
-// unreachable, then in a serialization failure, fails 8 times in a row
-// with MaxRetries 1. Those failures pass with time, so the message keeps
-// its place and is applied once the database is back, never dead-lettered.
+// TestTransientFailuresOutlastMaxRetries: a handler whose provider is busy
+// (a failure it marks consumer.Transient), then in a serialization
+// failure, fails 8 times in a row with MaxRetries 1. Those failures pass
+// with time, so the message keeps its place and is applied once they
+// pass, never dead-lettered.
 func TestTransientFailuresOutlastMaxRetries(t *testing.T) {
 	forEachHarness(t, func(t *testing.T, h *harness) {
 		s := newSuite(t, h)
@@ -34,7 +35,7 @@ func TestTransientFailuresOutlastMaxRetries(t *testing.T) {
 		require.NoError(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e OrderPlaced, env *messaging.Envelope) error {
 			switch n := calls.Add(1); {
 			case n <= 4:
-				return fmt.Errorf("dial: %w", syscall.ECONNREFUSED)
+				return consumer.Transient(fmt.Errorf("provider: %w", syscall.ECONNREFUSED))
 			case n <= 8:
 				return &pgconn.PgError{Code: "40001", Message: "could not serialize access"}
 			}
@@ -48,7 +49,7 @@ func TestTransientFailuresOutlastMaxRetries(t *testing.T) {
 	})
 }
 
-// TestOutageWindowEnds: a failure that stays transient past OutageWindow
+// TestOutageWindowEnds: a failure marked transient that stays so past OutageWindow
 // counts as a failure like any other, and the message is dead-lettered
 // with the cause "failed".
 func TestOutageWindowEnds(t *testing.T) {
@@ -59,7 +60,7 @@ func TestOutageWindowEnds(t *testing.T) {
 		cfg.OutageWindow = 200 * time.Millisecond
 		c := s.newConsumer(t, cfg)
 		require.NoError(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e OrderPlaced, env *messaging.Envelope) error {
-			return fmt.Errorf("dial: %w", syscall.ECONNREFUSED)
+			return consumer.Transient(fmt.Errorf("provider: %w", syscall.ECONNREFUSED))
 		}))
 		run(t, c)
 		msg := eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: "o1"}, nil)
@@ -213,7 +214,7 @@ func TestBreakerPausesTheGroupWhileItsDatabaseIsDown(t *testing.T) {
 			}
 			time.Sleep(10 * time.Millisecond)
 			if down.Load() {
-				return fmt.Errorf("dial: %w", syscall.ECONNREFUSED)
+				return &pgconn.PgError{Code: "08006", Message: "connection failure"}
 			}
 			mu.Lock()
 			applied[env.AggregateID] = append(applied[env.AggregateID], env.AggregateVersion)

@@ -9,7 +9,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 
 	"github.com/bentoevents/bento/inbox"
-	"github.com/bentoevents/bento/internal/dberr"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/tenant"
 )
@@ -103,7 +102,7 @@ func (c *Consumer) applyParked(ctx context.Context, p *inbox.Parked) bool {
 			c.unhold(ctx, msg)
 		}
 		return true
-	case ctx.Err() != nil, errors.Is(err, inbox.ErrHeld), errors.Is(err, inbox.ErrGap), dberr.IsTransient(err):
+	case ctx.Err() != nil, errors.Is(err, inbox.ErrHeld), errors.Is(err, inbox.ErrGap), c.classify(ctx, err) != failed:
 		return false // not yet, or not now
 	}
 	cause := ""

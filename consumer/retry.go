@@ -12,7 +12,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 
 	"github.com/bentoevents/bento/inbox"
-	"github.com/bentoevents/bento/internal/dberr"
 	"github.com/bentoevents/bento/messaging"
 )
 
@@ -48,7 +47,11 @@ func (c *Consumer) retry(h message.HandlerFunc) message.HandlerFunc {
 			if err == nil {
 				out, err = c.attempt(ctx, msg, h)
 			}
-			c.leaveBreaker(ctx, probe, err)
+			cl := failed
+			if err != nil && ctx.Err() == nil {
+				cl = c.classify(ctx, err)
+			}
+			c.leaveBreaker(ctx, probe, err, cl)
 			if err == nil {
 				if st.Own {
 					c.unhold(ctx, msg)
@@ -84,9 +87,9 @@ func (c *Consumer) retry(h message.HandlerFunc) message.HandlerFunc {
 				if waited >= c.cfg.GapTimeout {
 					cause = CauseGap
 				}
-			case dberr.IsTransient(err) && waited < c.cfg.OutageWindow:
+			case cl != failed && waited < c.cfg.OutageWindow:
 				c.cfg.Logger.Warn("consumer: transient failure; retrying in place", "group", c.cfg.Group,
-					"message_id", msg.UUID, "waited", waited.Round(time.Millisecond), "err", err)
+					"message_id", msg.UUID, "waited", waited.Round(time.Millisecond), "outage", cl == outage, "err", err)
 			default:
 				if failures++; failures > c.cfg.MaxRetries {
 					cause = CauseFailed
@@ -117,14 +120,14 @@ func (c *Consumer) retry(h message.HandlerFunc) message.HandlerFunc {
 	}
 }
 
-// leaveBreaker tells the breaker what an attempt that ended with err says
-// about the database, and logs when that opens or closes it.
-func (c *Consumer) leaveBreaker(ctx context.Context, probe bool, err error) {
+// leaveBreaker tells the breaker what an attempt that ended with err, of
+// class cl, says about the database, and logs when that opens or closes it.
+func (c *Consumer) leaveBreaker(ctx context.Context, probe bool, err error, cl class) {
 	o := reachable
 	switch {
 	case ctx.Err() != nil:
 		o = neutral
-	case err != nil && dberr.IsTransient(err):
+	case err != nil && cl == outage:
 		o = unreachable
 	}
 	switch opened, down := c.breaker.leave(probe, o); {

@@ -7,7 +7,6 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -35,12 +34,77 @@ func (nopConnector) Driver() driver.Driver                        { return nil }
 var ErrClosed = errors.New("bento: database is closed")
 
 // Wrap wraps err with op ("inbox: read"), adding ErrClosed when err says the
-// *sql.DB has been closed.
+// *sql.DB has been closed. The result says that err came from a statement
+// of bento's own on its database (see IsUnreachable).
 func Wrap(op string, err error) error {
 	if IsClosed(err) {
-		return fmt.Errorf("%s: %w: %w", op, ErrClosed, err)
+		return &opError{op: op, errs: []error{ErrClosed, err}}
 	}
-	return fmt.Errorf("%s: %w", op, err)
+	return &opError{op: op, errs: []error{err}}
+}
+
+// opError is an error of one of bento's own database operations.
+type opError struct {
+	op   string
+	errs []error
+}
+
+func (e *opError) Error() string {
+	s := e.op
+	for _, err := range e.errs {
+		s += ": " + err.Error()
+	}
+	return s
+}
+
+func (e *opError) Unwrap() []error { return e.errs }
+
+// unreachableStates are the PostgreSQL SQLSTATEs that say the server
+// cannot serve the connection: besides class 08 (connection exception),
+// the server shutting down or starting, and too many connections.
+var unreachableStates = map[string]bool{"57P01": true, "57P02": true, "57P03": true, "53300": true}
+
+// contentionStates are the PostgreSQL SQLSTATEs of conditions that pass
+// while the server answers: serialization failure, deadlock, lock not
+// available, query cancelled (statement or lock timeout).
+var contentionStates = map[string]bool{"40001": true, "40P01": true, "55P03": true, "57014": true}
+
+// IsContention reports whether err is a transient condition of a database
+// that answers: a serialization failure, a deadlock, a lock or statement
+// timeout, SQLite's busy database.
+func IsContention(err error) bool {
+	if err == nil || IsClosed(err) {
+		return false
+	}
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		return contentionStates[pg.Code]
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "SQLITE_BUSY") || strings.Contains(msg, "database is locked")
+}
+
+// IsUnreachable reports whether err says, beyond doubt, that a database
+// could not be reached: the server refused or dropped the connection (a
+// PostgreSQL connection error, a failed connect, a bad or closed
+// connection), or a transient failure of a statement bento made itself
+// (see Wrap). A bare network error or deadline says nothing about where
+// it came from (a handler's HTTP call returns those too): IsTransient
+// includes it, IsUnreachable does not.
+func IsUnreachable(err error) bool {
+	if err == nil || IsClosed(err) {
+		return false
+	}
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		return unreachableStates[pg.Code] || strings.HasPrefix(pg.Code, "08")
+	}
+	var connect *pgconn.ConnectError
+	if errors.As(err, &connect) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) {
+		return true
+	}
+	var own *opError
+	return errors.As(err, &own) && IsTransient(err) && !IsContention(err)
 }
 
 // IsClosed reports whether err says the *sql.DB has been closed.
@@ -80,16 +144,6 @@ func IsSerializationFailure(err error) bool {
 	return false
 }
 
-// transientStates are the PostgreSQL SQLSTATEs of failures that pass:
-// class 08 (connection exception) is matched by prefix; the rest are
-// serialization failure, deadlock, lock not available, query cancelled
-// (statement or lock timeout), the server shutting down or starting, and
-// too many connections.
-var transientStates = map[string]bool{
-	"40001": true, "40P01": true, "55P03": true, "57014": true,
-	"57P01": true, "57P02": true, "57P03": true, "53300": true,
-}
-
 // IsTransient reports whether err is a failure that retrying later can get
 // past without anything changing in the message or the code: the database
 // unreachable or restarting, a lost connection, a serialization failure or
@@ -101,7 +155,7 @@ func IsTransient(err error) bool {
 	}
 	var pg *pgconn.PgError
 	if errors.As(err, &pg) {
-		return transientStates[pg.Code] || strings.HasPrefix(pg.Code, "08")
+		return contentionStates[pg.Code] || unreachableStates[pg.Code] || strings.HasPrefix(pg.Code, "08")
 	}
 	var netErr net.Error
 	if errors.As(err, &netErr) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.ErrUnexpectedEOF) ||
