@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -37,11 +38,16 @@ func (c *Consumer) applyBatch(ctx context.Context, batch []*message.Message) int
 			}
 		}
 	}
+	var again []string // redelivered messages in the batch: their attempts are recorded
+	if c.crashes != nil {
+		batch, again = c.startBatch(ctx, batch)
+	}
 	if len(batch) == 0 {
 		return 0
 	}
 	probe, err := c.breaker.enter(ctx)
 	if err != nil {
+		c.settleBatch(ctx, batch[:0], again)
 		return 0
 	}
 	actx := ctx
@@ -63,6 +69,7 @@ func (c *Consumer) applyBatch(ctx context.Context, batch []*message.Message) int
 	n, err := c.inbox.ApplyBatch(actx, batch, func(msg *message.Message) ([]*message.Message, error) {
 		return nil, c.dispatch(msg)
 	})
+	c.settleBatch(ctx, batch[:n], again)
 	if n > 0 {
 		err = nil // the database answered
 	}
@@ -75,4 +82,52 @@ func (c *Consumer) applyBatch(ctx context.Context, batch []*message.Message) int
 		c.metrics.observe(n, start)
 	}
 	return n
+}
+
+// startBatch cuts batch before its first message whose attempts died
+// before (or that must be dead-lettered as poison): those go to the
+// single-message path, one at a time (see Consumer.guard). It records the
+// attempts at the redelivered messages of what remains and returns it,
+// with their ids. When the ledger cannot be read or written, nothing is
+// applied in a batch.
+func (c *Consumer) startBatch(ctx context.Context, batch []*message.Message) ([]*message.Message, []string) {
+	again := redeliveredIDs(batch)
+	if len(again) == 0 {
+		return batch, nil
+	}
+	crashes, err := c.crashes.account(ctx, again)
+	if err != nil {
+		return batch[:0], nil
+	}
+	for i, m := range batch {
+		if n := crashes[m.UUID]; n > 0 || c.doomed(m, n) {
+			batch = batch[:i]
+			break
+		}
+	}
+	again = redeliveredIDs(batch)
+	if len(again) == 0 {
+		return batch, nil
+	}
+	if err := c.crashes.start(ctx, again); err != nil {
+		return batch[:0], nil
+	}
+	return batch, again
+}
+
+// settleBatch records that the attempts at again returned: those of
+// settled messages are done, the others are kept for their next try.
+func (c *Consumer) settleBatch(ctx context.Context, settled []*message.Message, again []string) {
+	if len(again) == 0 {
+		return
+	}
+	var done, kept []string
+	for _, id := range again {
+		if slices.ContainsFunc(settled, func(m *message.Message) bool { return m.UUID == id }) {
+			done = append(done, id)
+		} else {
+			kept = append(kept, id)
+		}
+	}
+	c.crashes.settle(ctx, done, kept)
 }

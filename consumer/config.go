@@ -91,11 +91,27 @@ type Config struct {
 	// rabbitmq.Quorum or rabbitmq.Classic. Defaults to rabbitmq.Quorum.
 	QueueType rabbitmq.QueueType
 	// DeliveryLimit is, for quorum partition queues, how many times a
-	// message is delivered again (after the process handling it died, or a
-	// partition moved) before RabbitMQ dead-letters it: it stops a message
-	// that crashes every process it reaches. Defaults to
-	// DefaultDeliveryLimit (20).
+	// message is delivered again before RabbitMQ dead-letters it. The
+	// broker counts every give-back (a crash, a partition move, a lost
+	// link, a shutdown) against every message a subscription held, so it
+	// is only a far-off backstop: the consumer dead-letters a message
+	// itself at its last delivery below the limit, with the cause
+	// CausePoison, holding its aggregate back, so the broker never
+	// dead-letters one without a hold. Poison is caught well before by
+	// MaxCrashes. Defaults to DefaultDeliveryLimit (500).
 	DeliveryLimit int
+	// MaxCrashes is how many attempts at a message may die with their
+	// process (a crash, a SIGKILL, an out-of-memory kill) before the
+	// message is dead-lettered as poison, with the cause CausePoison and
+	// its aggregate held back. Only attempts that started and never
+	// returned count, in the inbox_attempts table: messages a dead process
+	// merely held, and give-backs (moves, lost links, shutdowns), never do.
+	// To keep it cheap, attempts are written down only for messages
+	// delivered again; a message whose attempts died before runs alone
+	// among such messages in its process, so a crash is blamed on it and
+	// not on its neighbours. A negative value turns the count off, leaving
+	// DeliveryLimit. Defaults to DefaultMaxCrashes (3).
+	MaxCrashes int
 	// TakeoverTime bounds how long the partitions of an instance that died
 	// stay without a consumer: each instance renews its membership every
 	// quarter of it and is forgotten three quarters after its last renewal.
@@ -238,6 +254,7 @@ func (c *Config) withDefaults() (Config, error) {
 		p.Addf("BatchWait", "%v is negative", out.BatchWait)
 	}
 	conf.Default(&p, "DeliveryLimit", &out.DeliveryLimit, DefaultDeliveryLimit)
+	conf.OrDefault(&out.MaxCrashes, DefaultMaxCrashes)
 	conf.Default(&p, "TakeoverTime", &out.TakeoverTime, DefaultTakeoverTime)
 	if out.Logger == nil {
 		out.Logger = slog.Default()

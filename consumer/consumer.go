@@ -48,6 +48,7 @@ type Consumer struct {
 	owned     atomic.Pointer[[]int]
 	drainMu   sync.Mutex // one drain of parked events at a time
 	breaker   *breaker
+	crashes   *crashLedger // nil when MaxCrashes is off
 	metrics   metrics
 	deadDepth func(context.Context) (int, error) // messages in the dead-letter queue; nil when unknown
 	live      atomic.Bool                        // subscribed, and Run has not returned
@@ -98,6 +99,10 @@ func newConsumer(db *gorm.DB, newSub SubscriberFactory, dead message.Publisher, 
 	}
 	dead = countingPublisher{Publisher: dead, dead: m.deadLettered}
 	m.partitionCount.Set(float64(max(c.Partitions, 0)))
+	var ledger *crashLedger
+	if c.MaxCrashes > 0 {
+		ledger = newCrashLedger(db, c.Group)
+	}
 	var mem *members
 	if c.Partitions > 0 {
 		if mem, err = newMembers(db, c.Group, c.Partitions); err != nil {
@@ -106,7 +111,7 @@ func newConsumer(db *gorm.DB, newSub SubscriberFactory, dead message.Publisher, 
 	}
 	return &Consumer{
 		cfg: c, db: db, inbox: in, newSub: newSub, dead: dead, deadTopic: deadTopic, members: mem,
-		breaker: newBreaker(c.RetryInitialInterval, c.RetryMaxInterval), metrics: m,
+		breaker: newBreaker(c.RetryInitialInterval, c.RetryMaxInterval), metrics: m, crashes: ledger,
 		handlers: map[string]handler{},
 		running:  make(chan struct{}),
 	}, nil
@@ -328,7 +333,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	router.AddMiddleware(poison, c.retry, middleware.Recoverer, c.inbox.Middleware)
+	router.AddMiddleware(poison, c.guard, c.retry, middleware.Recoverer, c.inbox.Middleware)
 	for i := range c.cfg.Subscriptions { // competing subscriptions to the group's queue
 		name := c.cfg.Group
 		if i > 0 {

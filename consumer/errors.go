@@ -55,7 +55,7 @@ const (
 	// MetaDeadAttempts is how many attempts failed before it did.
 	MetaDeadAttempts = "dead_attempts"
 	// MetaReplays counts the times a dead letter was replayed.
-	MetaReplays = "bento_replays"
+	MetaReplays = messaging.MetaReplays
 )
 
 // The causes of dead letters (MetaDeadCause).
@@ -74,6 +74,12 @@ const (
 	// version was not applied within GapTimeout. (With hold-back such an
 	// event stays parked, with the reason inbox.ParkedGap: see Parked.)
 	CauseGap = inbox.ParkedGap
+	// CauseStale: a replayed dead letter arrived after later versions of
+	// its aggregate were applied (they were released past it), so the
+	// version watermark would have skipped it although the group never
+	// applied it (inbox.ErrStale). It holds nothing back: the aggregate
+	// has moved on already.
+	CauseStale = "stale"
 )
 
 // Defaults of the Config fields that take one when zero.
@@ -96,6 +102,9 @@ const (
 	// delivers a message again before RabbitMQ dead-letters it:
 	// rabbitmq.DefaultDeliveryLimit.
 	DefaultDeliveryLimit = rabbitmq.DefaultDeliveryLimit
+	// DefaultMaxCrashes is how many attempts at a message may die with
+	// their process before it is dead-lettered as poison.
+	DefaultMaxCrashes = 3
 	// DefaultTakeoverTime bounds how long the partitions of an instance
 	// that died wait before another instance takes them over.
 	DefaultTakeoverTime = 10 * time.Second
@@ -113,8 +122,10 @@ func Permanent(err error) error { return fmt.Errorf("%w: %w", ErrPermanent, err)
 // IsPermanent reports whether err is one retrying cannot fix: a malformed
 // message, an unknown event type or schema version, an undecodable payload,
 // a failed upcast, a message without an id or with a malformed aggregate
-// version, or an error wrapped with Permanent.
+// version, a stale replay (inbox.ErrStale), or an error wrapped with
+// Permanent.
 func IsPermanent(err error) bool {
 	return errors.Is(err, ErrPermanent) || errors.Is(err, inbox.ErrNoMessageID) || errors.Is(err, inbox.ErrBadVersion) ||
+		errors.Is(err, inbox.ErrStale) ||
 		isDecode(err)
 }

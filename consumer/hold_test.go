@@ -216,3 +216,35 @@ func TestReleaseGivesUpAGap(t *testing.T) {
 		assert.Empty(t, s.parked(t))
 	})
 }
+
+// TestStaleReplayIsDeadLetteredNotSkipped: under increasing versions, an
+// aggregate released past its dead letter (version 2) applies version 3;
+// replaying the dead letter then finds the watermark at 3. It was never
+// applied, so it is no duplicate: it goes back to the dead letters with
+// the cause "stale", counted by the dead-letter metric, instead of being
+// skipped without a word, and version 3 stays the last applied.
+func TestStaleReplayIsDeadLetteredNotSkipped(t *testing.T) {
+	forEachHarness(t, func(t *testing.T, h *harness) {
+		s := newHoldSuite(t, h, func(c *consumer.Config) { c.Versions = inbox.VersionsIncreasing }, 2)
+		for v := int64(1); v <= 3; v++ {
+			s.publish(t, Step{}.EventType(), stepMsg(t, 0, v))
+		}
+		dead := s.deadLetters(t, s.group, 1)
+		s.waitParked(t, map[string]string{"a000-003": inbox.ParkedHeld})
+		_, err := s.c.Release(t.Context(), "", "thing", "a000")
+		require.NoError(t, err)
+		s.waitApplied(t, "a000", 1, 3)
+
+		s.fixed.Store(true)
+		replay := dead[0]
+		replay.Metadata.Set(consumer.MetaReplays, "1") // as ReplayDeadLetters sends it
+		s.publish(t, Step{}.EventType(), replay)
+		again := s.deadLetters(t, s.group, 1)
+		require.Len(t, again, 1)
+		assert.Equal(t, "a000-002", again[0].UUID)
+		assert.Equal(t, consumer.CauseStale, again[0].Metadata.Get(consumer.MetaDeadCause))
+		n, _ := s.metric(t, "bento_consumer_dead_lettered_total", map[string]string{"cause": consumer.CauseStale})
+		assert.EqualValues(t, 1, n, "stale dead letters counted")
+		assert.Equal(t, []int64{1, 3}, s.applied(t, "a000"))
+	})
+}

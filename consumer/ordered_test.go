@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"syscall"
@@ -58,6 +59,9 @@ const (
 	// envWorkerDelay, a duration, makes the handler wait that long per
 	// message, so that a batch takes long enough to be killed in.
 	envWorkerDelay = "BENTO_CONSUMER_TEST_DELAY"
+	// envWorkerCrash, a message id, makes the handler of that message crash
+	// its process (a panic in a goroutine it starts), every time.
+	envWorkerCrash = "BENTO_CONSUMER_TEST_CRASH"
 )
 
 const (
@@ -97,13 +101,22 @@ func orderWorker(name string) error {
 	}
 	check := checkOrder(name)
 	delay, _ := time.ParseDuration(os.Getenv(envWorkerDelay))
+	crash := os.Getenv(envWorkerCrash)
 	if err := consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e Step, env *messaging.Envelope) error {
+		if crash != "" && env.ID == crash {
+			go func() { panic("poison: " + env.ID) }()
+			select {} // the panic ends the process
+		}
 		time.Sleep(delay)
 		return check(ctx, tx, e, env)
 	}); err != nil {
 		return err
 	}
-	return c.Run(context.Background())
+	// SIGTERM stops it gracefully: it leaves the group, giving its
+	// partitions back.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	return c.Run(ctx)
 }
 
 // checkOrder is the order-checking handler: it records each Step it

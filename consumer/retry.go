@@ -81,6 +81,8 @@ func (c *Consumer) retry(h message.HandlerFunc) message.HandlerFunc {
 			switch waited := time.Since(start); {
 			case errors.Is(err, ErrNoHandler) || isDecode(err):
 				cause = CauseDecode
+			case errors.Is(err, inbox.ErrStale):
+				cause = CauseStale
 			case IsPermanent(err):
 				cause = CausePermanent
 			case errors.Is(err, inbox.ErrGap):
@@ -95,7 +97,7 @@ func (c *Consumer) retry(h message.HandlerFunc) message.HandlerFunc {
 					cause = CauseFailed
 				}
 			}
-			if holds && cause != "" {
+			if holds && cause != "" && cause != CauseStale {
 				// Hold the aggregate before its event leaves; if the hold
 				// cannot be written, keep the event rather than let later
 				// ones overtake it.
@@ -107,6 +109,8 @@ func (c *Consumer) retry(h message.HandlerFunc) message.HandlerFunc {
 			}
 			if cause != "" {
 				markDead(msg, cause, max(failures, 1))
+				c.cfg.Logger.Warn("consumer: dead letter", "group", c.cfg.Group, "message_id", msg.UUID,
+					"cause", cause, "attempts", max(failures, 1), "err", err)
 				return nil, err
 			}
 			jittered := delay/2 + rand.N(delay/2+1)
@@ -200,5 +204,5 @@ func (c *Consumer) chain() (message.HandlerFunc, error) {
 		return nil, err
 	}
 	h := func(msg *message.Message) ([]*message.Message, error) { return nil, c.dispatch(msg) }
-	return poison(c.retry(middleware.Recoverer(c.inbox.Middleware(h)))), nil
+	return poison(c.guard(c.retry(middleware.Recoverer(c.inbox.Middleware(h))))), nil
 }

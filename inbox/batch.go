@@ -158,7 +158,11 @@ func (in *Inbox) apply(ctx context.Context, es []*entry, h message.HandlerFunc) 
 		if e.agg.id != "" {
 			mark := marks[e.key()]
 			if e.agg.version <= mark {
-				e.skipped = "duplicate skipped by the version watermark"
+				if e.msg.Metadata.Get(messaging.MetaReplays) != "" {
+					failAt, failure = i, fmt.Errorf("%w: %s %s version %d, last applied %d", ErrStale, e.agg.typ, e.agg.id, e.agg.version, mark)
+					break
+				}
+				e.skipped = skippedByWatermark
 				unrecord = append(unrecord, e.msg.UUID)
 				continue
 			}
@@ -330,6 +334,13 @@ func (in *Inbox) handle(owned *uow.Owned, e *entry, h message.HandlerFunc) (out 
 	}()
 	return h(e.msg)
 }
+
+// skippedByWatermark is the log line of a message at or below its
+// aggregate's watermark with no record of its own: a duplicate whose
+// record was purged, or an event this consumer never applied (one the
+// watermark was moved past by a release). It is logged at Warn level.
+const skippedByWatermark = "skipped by the version watermark, with no record of the message: " +
+	"a duplicate whose record was purged, or an event this consumer never applied"
 
 // settle runs the after-commit hooks of the applied entries, counts them,
 // and counts and logs the duplicates.

@@ -45,6 +45,12 @@ var (
 	// under VersionsContiguous. The message is not recorded: redelivered
 	// once its predecessor was applied, it is applied then.
 	ErrGap = errors.New("inbox: an earlier version of the aggregate has not been applied")
+	// ErrStale is returned, and the handler not run, for a replayed dead
+	// letter (messaging.MetaReplays) at or below its aggregate's version
+	// watermark: later versions were applied past it, so applying it now
+	// would put the aggregate out of order, and skipping it as a duplicate
+	// would lose it, since it was never applied.
+	ErrStale = errors.New("inbox: a replayed event arrived after later versions of its aggregate were applied")
 	// ErrBadVersion is returned for a message whose aggregate_version
 	// metadata is not a positive integer: it cannot be ordered, so it is
 	// never applied.
@@ -59,7 +65,7 @@ var (
 )
 
 // tables are the inbox's tables, as its migrations create them.
-var tables = []string{"inbox_messages", "inbox_watermarks", "consumer_members", "inbox_holds", "inbox_parked"}
+var tables = []string{"inbox_messages", "inbox_watermarks", "consumer_members", "inbox_holds", "inbox_parked", "inbox_attempts"}
 
 // MaxMessageIDLen is the longest message id the inbox stores.
 const MaxMessageIDLen = 128
@@ -291,6 +297,10 @@ func (in *Inbox) skipped(span trace.Span, msg string, attrs ...any) {
 	if span.IsRecording() {
 		span.AddEvent(tracing.EventDuplicate)
 		span.SetAttributes(tracing.AttrDuplicate.Bool(true))
+	}
+	if msg == skippedByWatermark {
+		in.log.Warn(msg, attrs...)
+		return
 	}
 	in.log.Debug(msg, attrs...)
 }

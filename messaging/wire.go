@@ -47,6 +47,14 @@ const (
 	// an aggregate, the event id otherwise. RabbitMQ's consistent-hash
 	// exchange hashes it.
 	MetaPartitionKey = wire.PartitionKey
+	// MetaRedelivered is "true" on a message the broker delivered before
+	// (a bus sets it on the way in, never on the way out): its consumer may
+	// have died while handling it.
+	MetaRedelivered = wire.Redelivered
+	// MetaReplays counts the times a dead letter was replayed: a message
+	// that carries it was dead-lettered, so never applied, by the group it
+	// was replayed to.
+	MetaReplays = wire.Replays
 )
 
 // ErrMalformedMessage is returned (usually inside a [*DecodeError]) for a

@@ -29,8 +29,9 @@ const (
 	DefaultExchange        = "bento.events"
 	DefaultChannelPoolSize = 16
 	DefaultPrefetchCount   = 32
-	// DefaultDeliveryLimit is PartitionSpec.DeliveryLimit's default.
-	DefaultDeliveryLimit = 20
+	// DefaultDeliveryLimit is PartitionSpec.DeliveryLimit's default: a
+	// far-off backstop, since every give-back of a message counts.
+	DefaultDeliveryLimit = 500
 )
 
 // setupTimeout bounds the topology declaration done by the constructors.

@@ -495,7 +495,7 @@ func TestAMQPConfigDefaults(t *testing.T) {
 func TestPartitionSpecDefaults(t *testing.T) {
 	t.Parallel()
 	args := rabbitmq.QueueArgs(rabbitmq.PartitionSpec{Group: "g", Count: 1, DeadKey: "g.dead"})
-	assert.Equal(t, 20, args["x-delivery-limit"])
+	assert.Equal(t, 500, args["x-delivery-limit"])
 	args = rabbitmq.QueueArgs(rabbitmq.PartitionSpec{Group: "g", Count: 1, DeadKey: "g.dead", DeliveryLimit: 3})
 	assert.Equal(t, 3, args["x-delivery-limit"])
 }

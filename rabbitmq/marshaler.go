@@ -13,6 +13,10 @@ import (
 	"github.com/bentoevents/bento/messaging"
 )
 
+// HeaderDeliveryCount is the header in which a quorum queue counts the
+// times it delivered a message before, toward its delivery limit.
+const HeaderDeliveryCount = "x-delivery-count"
+
 // uuidHeader is the AMQP header watermill-amqp carries the message UUID in.
 const uuidHeader = wamqp.DefaultMessageUUIDHeaderKey
 
@@ -64,6 +68,11 @@ func (marshaler) Unmarshal(d amqp.Delivery) (*message.Message, error) {
 		if s, ok := headerString(v); ok {
 			msg.Metadata[k] = s
 		}
+	}
+	if d.Redelivered {
+		msg.Metadata[messaging.MetaRedelivered] = "true"
+	} else {
+		delete(msg.Metadata, messaging.MetaRedelivered) // a header from a producer means nothing
 	}
 	return msg, nil
 }

@@ -75,10 +75,13 @@ type PartitionSpec struct {
 	// DeadKey. Quorum queues always get one: without a limit, RabbitMQ 3.10
 	// puts a message given back at the tail of a quorum queue, behind the
 	// later events of its aggregate. A consumer that stops or moves a
-	// partition may count one delivery against the message at its head, so
-	// leave room. Changing it later fails: RabbitMQ refuses to redeclare a
-	// queue with other arguments. Classic queues ignore it. Defaults to
-	// DefaultDeliveryLimit (20).
+	// partition, or a lost connection, counts one delivery against every
+	// message the subscription held, started or not, so keep it far off:
+	// bento's consumer counts the attempts that really died itself (see
+	// consumer.Config.MaxCrashes) and dead-letters a message one delivery
+	// before this limit, holding its aggregate back. Changing it later
+	// fails: RabbitMQ refuses to redeclare a queue with other arguments.
+	// Classic queues ignore it. Defaults to DefaultDeliveryLimit (500).
 	DeliveryLimit int
 	// DeadExchange and DeadKey name where the delivery limit sends a
 	// message (the empty DeadExchange is the broker's default exchange,

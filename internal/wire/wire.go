@@ -26,6 +26,8 @@ const (
 	Traceparent      = "traceparent"
 	Tracestate       = "tracestate"
 	PartitionKey     = "partition_key"
+	Redelivered      = "bento_redelivered"
+	Replays          = "bento_replays"
 	Producer         = "producer"
 )
 
