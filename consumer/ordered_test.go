@@ -62,6 +62,9 @@ const (
 	// envWorkerCrash, a message id, makes the handler of that message crash
 	// its process (a panic in a goroutine it starts), every time.
 	envWorkerCrash = "BENTO_CONSUMER_TEST_CRASH"
+	// envWorkerLimits, "DeliveryLimit,MaxCrashes", sets those two fields of
+	// the worker's consumer.
+	envWorkerLimits = "BENTO_CONSUMER_TEST_LIMITS"
 )
 
 const (
@@ -93,6 +96,11 @@ func orderWorker(name string) error {
 	cfg := consumer.DefaultConfig(os.Getenv(envWorkerGroup))
 	cfg.Partitions, cfg.PartitionConcurrency, cfg.TakeoverTime = orderPartitions, orderConcurrency, orderTakeover
 	cfg.CloseTimeout = 5 * time.Second
+	if l := os.Getenv(envWorkerLimits); l != "" {
+		if _, err := fmt.Sscanf(l, "%d,%d", &cfg.DeliveryLimit, &cfg.MaxCrashes); err != nil {
+			return fmt.Errorf("%s: %w", envWorkerLimits, err)
+		}
+	}
 	cfg.Logger = log
 	c, err := consumer.NewAMQP(context.Background(), db,
 		&rabbitmq.Config{URL: os.Getenv(envWorkerAMQP), Exchange: os.Getenv(envWorkerEx), Logger: log}, cfg)
@@ -253,7 +261,7 @@ type orderedBed struct {
 	amqp  *rabbitmq.Config
 }
 
-func newOrderedBed(t *testing.T) *orderedBed {
+func newOrderedBed(t *testing.T, configure ...func(*consumer.Config)) *orderedBed {
 	t.Helper()
 	db, dsn := testenv.Postgres(t)
 	ctx := t.Context()
@@ -266,6 +274,9 @@ func newOrderedBed(t *testing.T) *orderedBed {
 	amqpCfg := &rabbitmq.Config{URL: ex.URL, Exchange: ex.Name, Logger: quiet}
 	ccfg := consumer.DefaultConfig(group)
 	ccfg.Partitions = orderPartitions
+	for _, f := range configure {
+		f(ccfg)
+	}
 	spec := consumer.PartitionSpec(ex.Name, ccfg)
 	spec.Patterns = []string{Step{}.EventType()}
 	require.NoError(t, rabbitmq.DeclarePartitions(ctx, amqpCfg, spec))
