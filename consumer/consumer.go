@@ -45,7 +45,8 @@ type Consumer struct {
 	closers   []func() error
 	members   *members // with Partitions
 	owned     atomic.Pointer[[]int]
-	drainMu   sync.Mutex // one drain of parked events at a time
+	drainMu   sync.Mutex      // one drain of parked events at a time
+	sweepFrom inbox.Aggregate // where the sweeper's next page starts (its goroutine only)
 	breaker   *breaker
 	metrics   metrics
 	deadDepth func(context.Context) (int, error) // messages in the dead-letter queue; nil when unknown

@@ -59,6 +59,12 @@ func (p *Parked) Message() *message.Message {
 	return msg
 }
 
+// Aggregate returns the aggregate p belongs to: with p.MessageID it names
+// what Release gives up when p waits for versions that never arrived.
+func (p *Parked) Aggregate() Aggregate {
+	return Aggregate{TenantID: p.TenantID, Type: p.AggregateType, ID: p.AggregateID}
+}
+
 // Aggregate names one aggregate of one tenant.
 type Aggregate struct {
 	TenantID, Type, ID string
@@ -139,8 +145,13 @@ func (in *Inbox) Park(ctx context.Context, msg *message.Message, partition int, 
 // NextParked returns the parked event of an aggregate with the lowest
 // version, or nil when it has none.
 func (in *Inbox) NextParked(ctx context.Context, agg Aggregate) (*Parked, error) {
+	return in.nextParked(in.db.WithContext(ctx), agg)
+}
+
+// nextParked is NextParked through db (a transaction, or the handle).
+func (in *Inbox) nextParked(db *gorm.DB, agg Aggregate) (*Parked, error) {
 	var rows []parkedRow
-	err := in.db.WithContext(ctx).Raw(`SELECT `+parkedColumns+` FROM inbox_parked
+	err := db.Raw(`SELECT `+parkedColumns+` FROM inbox_parked
 WHERE consumer = ? AND tenant_id = ? AND aggregate_type = ? AND aggregate_id = ? ORDER BY version, message_id LIMIT 1`,
 		in.cfg.Consumer, agg.TenantID, agg.Type, agg.ID).Scan(&rows).Error
 	if err != nil {
@@ -164,15 +175,49 @@ WHERE consumer = ? ORDER BY parked_at, aggregate_id, version LIMIT ?`, in.cfg.Co
 	return parkedAll(rows)
 }
 
-// ParkedAggregates returns up to limit aggregates with parked events that
-// arrived on one of partitions.
-func (in *Inbox) ParkedAggregates(ctx context.Context, partitions []int, limit int) ([]Aggregate, error) {
+// releasableSQL selects, in key order from a cursor, the aggregates whose
+// first parked event (lowest version) arrived on one of the partitions and
+// can be applied now: no hold below it (CheckHold's rule) and, with
+// releasableCaughtUp under VersionsContiguous, its predecessor applied. It
+// walks inbox_parked_aggregate from the cursor and probes the primary keys
+// of inbox_holds and inbox_watermarks, so a page costs the parked rows it
+// passes over, never a sort of the table.
+const (
+	releasableSQL = `SELECT p.tenant_id, p.aggregate_type AS type, p.aggregate_id AS id FROM inbox_parked p
+WHERE p.consumer = ? AND (p.tenant_id, p.aggregate_type, p.aggregate_id) > (?, ?, ?) AND p.partition_no IN ?
+AND NOT EXISTS (SELECT 1 FROM inbox_parked e WHERE e.consumer = p.consumer AND e.tenant_id = p.tenant_id
+  AND e.aggregate_type = p.aggregate_type AND e.aggregate_id = p.aggregate_id
+  AND (e.version < p.version OR (e.version = p.version AND e.message_id < p.message_id)))
+AND NOT EXISTS (SELECT 1 FROM inbox_holds h WHERE h.consumer = p.consumer AND h.tenant_id = p.tenant_id
+  AND h.aggregate_type = p.aggregate_type AND h.aggregate_id = p.aggregate_id AND h.version < p.version)`
+	releasableCaughtUp = `
+AND COALESCE((SELECT w.version FROM inbox_watermarks w WHERE w.consumer = p.consumer AND w.tenant_id = p.tenant_id
+  AND w.aggregate_type = p.aggregate_type AND w.aggregate_id = p.aggregate_id), 0) >= p.version - 1`
+	releasableOrder = `
+ORDER BY p.tenant_id, p.aggregate_type, p.aggregate_id LIMIT ?`
+)
+
+// ParkedAggregates returns, in key order (tenant, type, id), up to limit
+// aggregates after the key after whose parked events can be applied now
+// and whose first parked event arrived on one of partitions: aggregates
+// held behind a dead letter are left out, and so, under
+// VersionsContiguous, are those whose first parked event still waits for
+// its predecessor (ParkedWaiting or ParkedGap until the watermark catches
+// up). A caller that pages through them, passing the last one returned as
+// the next after and the zero Aggregate once fewer than limit came back,
+// reaches every releasable aggregate within a bounded number of calls,
+// however many are held.
+func (in *Inbox) ParkedAggregates(ctx context.Context, partitions []int, after Aggregate, limit int) ([]Aggregate, error) {
 	if len(partitions) == 0 {
 		return nil, nil
 	}
+	q := releasableSQL
+	if in.cfg.Versions == VersionsContiguous {
+		q += releasableCaughtUp
+	}
 	var out []Aggregate
-	err := in.db.WithContext(ctx).Raw(`SELECT DISTINCT tenant_id, aggregate_type AS type, aggregate_id AS id
-FROM inbox_parked WHERE consumer = ? AND partition_no IN ? LIMIT ?`, in.cfg.Consumer, partitions, limit).Scan(&out).Error
+	err := in.db.WithContext(ctx).Raw(q+releasableOrder, in.cfg.Consumer, after.TenantID, after.Type, after.ID, partitions, limit).
+		Scan(&out).Error
 	if err != nil {
 		return nil, wrapDB("list parked aggregates", err)
 	}
@@ -215,36 +260,39 @@ WHERE consumer = ? AND reason = ? AND parked_at < ? RETURNING `+parkedColumns,
 
 // skipGap, under VersionsContiguous, moves an aggregate's watermark up to
 // just below its first parked event when that event waits for versions
-// that were never applied: the operator gave them up (Release). It reports
-// whether it did.
-func (in *Inbox) skipGap(ctx context.Context, tid, aggregateType, aggregateID string) (skipped bool, err error) {
+// that were never applied: the operator gave them up (Release). With first
+// set, it does so only when first is that event's message id and the
+// aggregate has no hold. It runs in tx and reports whether it moved the
+// watermark.
+func (in *Inbox) skipGap(tx *gorm.DB, agg Aggregate, first string) (skipped bool, err error) {
 	if in.cfg.Versions != VersionsContiguous {
 		return false, nil
 	}
-	next, err := in.NextParked(ctx, Aggregate{TenantID: tid, Type: aggregateType, ID: aggregateID})
-	if err != nil || next == nil {
+	next, err := in.nextParked(tx, agg)
+	if err != nil || next == nil || (first != "" && next.MessageID != first) {
 		return false, err
 	}
-	err = in.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		k := aggKey{tid, aggregateType, aggregateID}
-		rows, err := in.upsertMarks(tx, []aggKey{k}, []int64{0}, "inbox_watermarks.version", "RETURNING version")
-		if err != nil || len(rows) != 1 {
-			return wrapDB("read watermark", errors.Join(err, fmt.Errorf("%d rows", len(rows))))
+	if first != "" {
+		if h, err := in.holdOf(tx, agg); err != nil || h != nil {
+			return false, err
 		}
-		mark := rows[0].Version
-		if next.Version-1 <= mark {
-			return nil
-		}
-		if _, err := in.upsertMarks(tx, []aggKey{k}, []int64{next.Version - 1}, "excluded.version", ""); err != nil {
-			return wrapDB("skip gap", err)
-		}
-		in.log.Warn("released an aggregate waiting for lost versions; they will be skipped",
-			"tenant_id", tid, "aggregate_type", aggregateType, "aggregate_id", aggregateID,
-			"from_version", mark+1, "to_version", next.Version-1)
-		skipped = true
-		return nil
-	})
-	return skipped, err
+	}
+	k := aggKey{agg.TenantID, agg.Type, agg.ID}
+	rows, err := in.upsertMarks(tx, []aggKey{k}, []int64{0}, "inbox_watermarks.version", "RETURNING version")
+	if err != nil || len(rows) != 1 {
+		return false, wrapDB("read watermark", errors.Join(err, fmt.Errorf("%d rows", len(rows))))
+	}
+	mark := rows[0].Version
+	if next.Version-1 <= mark {
+		return false, nil
+	}
+	if _, err := in.upsertMarks(tx, []aggKey{k}, []int64{next.Version - 1}, "excluded.version", ""); err != nil {
+		return false, wrapDB("skip gap", err)
+	}
+	in.log.Warn("released an aggregate waiting for lost versions; they will be skipped",
+		"tenant_id", agg.TenantID, "aggregate_type", agg.Type, "aggregate_id", agg.ID,
+		"from_version", mark+1, "to_version", next.Version-1)
+	return true, nil
 }
 
 // defaultTenant returns tid, or tenant.Default when it is empty.
