@@ -299,8 +299,9 @@ func TestStaleReleaseKeepsTheNewHold(t *testing.T) {
 		assert.Equal(t, map[string]string{"a000-003": consumer.CausePermanent}, causes(s.deadLetters(t, s.group, 1)))
 		s.waitParked(t, map[string]string{"a000-004": inbox.ParkedHeld, "a000-005": inbox.ParkedHeld})
 		a000 := inbox.Aggregate{Type: "thing", ID: "a000"}
-		require.NoError(t, s.c.Release(t.Context(), a000, "a000-003")) // the operator discarded version 3
-		dead := s.deadLetters(t, s.group, 1)                           // version 4 fails in its turn
+		// The operator discarded version 3; version 4 fails in its turn.
+		require.NoError(t, s.c.Release(t.Context(), a000, "a000-003"))
+		dead := s.deadLetters(t, s.group, 1)
 		require.Equal(t, map[string]string{"a000-004": consumer.CausePermanent}, causes(dead))
 		s.waitParked(t, map[string]string{"a000-005": inbox.ParkedHeld})
 

@@ -19,9 +19,10 @@ import (
 // partitions that nothing holds back any more.
 const sweepEvery = time.Second
 
-// sweepBatch bounds the aggregates one sweep drains: a page of the
-// releasable ones, in key order from where the previous sweep stopped.
-const sweepBatch = 100
+// sweepWindow bounds the parked events one sweep looks at: a window of
+// them, in key order from where the previous sweep stopped (see
+// inbox.ParkedAggregates).
+const sweepWindow = 2000
 
 // ErrStaleRelease is returned by Release when the aggregate is not held
 // back by what the release names (it is inbox.ErrStaleRelease).
@@ -188,8 +189,8 @@ func (c *Consumer) unhold(ctx context.Context, msg *message.Message) {
 
 // sweep turns the waits that outlasted GapTimeout into gap dead letters and
 // applies the parked events of partitions that nothing holds back any more
-// (a hold released, a drain cut short by an outage or a handover), a page
-// of sweepBatch aggregates at a time (see inbox.ParkedAggregates).
+// (a hold released, a drain cut short by an outage or a handover), looking
+// at sweepWindow parked events at a time.
 func (c *Consumer) sweep(ctx context.Context, partitions []int) {
 	if c.cfg.GapTimeout > 0 {
 		expired, err := c.inbox.ExpireParked(ctx, time.Now().Add(-c.cfg.GapTimeout))
@@ -204,20 +205,18 @@ func (c *Consumer) sweep(ctx context.Context, partitions []int) {
 				"aggregate_id", p.AggregateID, "version", p.Version, "gap_timeout", c.cfg.GapTimeout)
 		}
 	}
-	aggs, err := c.inbox.ParkedAggregates(ctx, partitions, c.sweepFrom, sweepBatch)
+	// Page on from where the previous sweep stopped, wrapping around at
+	// the end: every releasable aggregate is reached within a bounded
+	// number of sweeps, however many are held, and one that keeps failing
+	// does not keep the others out.
+	aggs, next, err := c.inbox.ParkedAggregates(ctx, partitions, c.sweepFrom, sweepWindow)
 	if err != nil {
 		if ctx.Err() == nil {
 			c.cfg.Logger.Warn("consumer: cannot list parked events", "group", c.cfg.Group, "err", err)
 		}
 		return
 	}
-	// Page on from the last one, wrapping around at the end: every
-	// releasable aggregate is reached within a few sweeps, however many
-	// are held, and one that keeps failing does not keep the others out.
-	c.sweepFrom = inbox.Aggregate{}
-	if len(aggs) == sweepBatch {
-		c.sweepFrom = aggs[len(aggs)-1]
-	}
+	c.sweepFrom = next
 	for _, agg := range aggs {
 		c.drain(ctx, agg)
 	}

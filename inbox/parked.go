@@ -175,53 +175,73 @@ WHERE consumer = ? ORDER BY parked_at, aggregate_id, version LIMIT ?`, in.cfg.Co
 	return parkedAll(rows)
 }
 
-// releasableSQL selects, in key order from a cursor, the aggregates whose
-// first parked event (lowest version) arrived on one of the partitions and
-// can be applied now: no hold below it (CheckHold's rule) and, with
-// releasableCaughtUp under VersionsContiguous, its predecessor applied. It
-// walks inbox_parked_aggregate from the cursor and probes the primary keys
-// of inbox_holds and inbox_watermarks, so a page costs the parked rows it
-// passes over, never a sort of the table.
+// The statement of ParkedAggregates. Its window is the next parked events
+// after a cursor in the order of inbox_parked_aggregate, so it reads at
+// most that many index entries; each is then checked by primary-key probes
+// of inbox_parked, inbox_holds and (releasableCaughtUp) inbox_watermarks.
+// It returns the window's releasable aggregates (ready = 1): those whose
+// first parked event (lowest version) arrived on one of the partitions
+// and passes CheckHold's rule (no hold below it) and, under
+// VersionsContiguous, whose predecessor was applied; and, when the window
+// is full, its last aggregate (ready = 0), where the next one starts.
 const (
-	releasableSQL = `SELECT p.tenant_id, p.aggregate_type AS type, p.aggregate_id AS id FROM inbox_parked p
-WHERE p.consumer = ? AND (p.tenant_id, p.aggregate_type, p.aggregate_id) > (?, ?, ?) AND p.partition_no IN ?
-AND NOT EXISTS (SELECT 1 FROM inbox_parked e WHERE e.consumer = p.consumer AND e.tenant_id = p.tenant_id
+	releasableWindow = `WITH w AS (SELECT tenant_id, aggregate_type, aggregate_id, version, message_id, partition_no
+  FROM inbox_parked WHERE consumer = ? AND (tenant_id, aggregate_type, aggregate_id) > (?, ?, ?)
+  ORDER BY tenant_id, aggregate_type, aggregate_id, version LIMIT ?)
+SELECT p.tenant_id, p.aggregate_type AS type, p.aggregate_id AS id, 1 AS ready FROM w p
+WHERE p.partition_no IN ?
+AND NOT EXISTS (SELECT 1 FROM inbox_parked e WHERE e.consumer = ? AND e.tenant_id = p.tenant_id
   AND e.aggregate_type = p.aggregate_type AND e.aggregate_id = p.aggregate_id
   AND (e.version < p.version OR (e.version = p.version AND e.message_id < p.message_id)))
-AND NOT EXISTS (SELECT 1 FROM inbox_holds h WHERE h.consumer = p.consumer AND h.tenant_id = p.tenant_id
+AND NOT EXISTS (SELECT 1 FROM inbox_holds h WHERE h.consumer = ? AND h.tenant_id = p.tenant_id
   AND h.aggregate_type = p.aggregate_type AND h.aggregate_id = p.aggregate_id AND h.version < p.version)`
 	releasableCaughtUp = `
-AND COALESCE((SELECT w.version FROM inbox_watermarks w WHERE w.consumer = p.consumer AND w.tenant_id = p.tenant_id
-  AND w.aggregate_type = p.aggregate_type AND w.aggregate_id = p.aggregate_id), 0) >= p.version - 1`
-	releasableOrder = `
-ORDER BY p.tenant_id, p.aggregate_type, p.aggregate_id LIMIT ?`
+AND COALESCE((SELECT m.version FROM inbox_watermarks m WHERE m.consumer = ? AND m.tenant_id = p.tenant_id
+  AND m.aggregate_type = p.aggregate_type AND m.aggregate_id = p.aggregate_id), 0) >= p.version - 1`
+	releasableEnd = `
+UNION ALL
+SELECT tenant_id, aggregate_type, aggregate_id, 0 FROM (SELECT tenant_id, aggregate_type, aggregate_id FROM w
+  ORDER BY tenant_id DESC, aggregate_type DESC, aggregate_id DESC LIMIT 1) l
+WHERE (SELECT count(*) FROM w) = ?`
 )
 
-// ParkedAggregates returns, in key order (tenant, type, id), up to limit
-// aggregates after the key after whose parked events can be applied now
-// and whose first parked event arrived on one of partitions: aggregates
-// held behind a dead letter are left out, and so, under
-// VersionsContiguous, are those whose first parked event still waits for
-// its predecessor (ParkedWaiting or ParkedGap until the watermark catches
-// up). A caller that pages through them, passing the last one returned as
-// the next after and the zero Aggregate once fewer than limit came back,
-// reaches every releasable aggregate within a bounded number of calls,
-// however many are held.
-func (in *Inbox) ParkedAggregates(ctx context.Context, partitions []int, after Aggregate, limit int) ([]Aggregate, error) {
+// ParkedAggregates looks at the next window parked events after the
+// aggregate after (in the order of tenant, aggregate type, aggregate id)
+// and returns the aggregates among them whose parked events can be
+// applied now and whose first parked event arrived on one of partitions:
+// not those held behind a dead letter, nor, under VersionsContiguous,
+// those whose first parked event still waits for its predecessor
+// (ParkedWaiting or ParkedGap until the watermark catches up). next is
+// where the following window starts: the last aggregate looked at, or the
+// zero Aggregate once the window reached the end. Each call reads at most
+// window parked events, so a caller that pages on with next reaches every
+// releasable aggregate within (parked events / window) + 1 calls, however
+// many are held.
+func (in *Inbox) ParkedAggregates(ctx context.Context, partitions []int, after Aggregate, window int) (
+	aggs []Aggregate, next Aggregate, err error) {
 	if len(partitions) == 0 {
-		return nil, nil
+		return nil, Aggregate{}, nil
 	}
-	q := releasableSQL
+	c := in.cfg.Consumer
+	q, args := releasableWindow, []any{c, after.TenantID, after.Type, after.ID, window, partitions, c, c}
 	if in.cfg.Versions == VersionsContiguous {
-		q += releasableCaughtUp
+		q, args = q+releasableCaughtUp, append(args, c)
 	}
-	var out []Aggregate
-	err := in.db.WithContext(ctx).Raw(q+releasableOrder, in.cfg.Consumer, after.TenantID, after.Type, after.ID, partitions, limit).
-		Scan(&out).Error
-	if err != nil {
-		return nil, wrapDB("list parked aggregates", err)
+	var rows []struct {
+		Aggregate
+		Ready bool
 	}
-	return out, nil
+	if err := in.db.WithContext(ctx).Raw(q+releasableEnd, append(args, window)...).Scan(&rows).Error; err != nil {
+		return nil, Aggregate{}, wrapDB("list parked aggregates", err)
+	}
+	for _, r := range rows {
+		if r.Ready {
+			aggs = append(aggs, r.Aggregate)
+		} else {
+			next = r.Aggregate
+		}
+	}
+	return aggs, next, nil
 }
 
 // Unpark deletes a parked event, in the transaction ctx carries if there
