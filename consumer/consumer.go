@@ -45,8 +45,9 @@ type Consumer struct {
 	closers   []func() error
 	members   *members // with Partitions
 	owned     atomic.Pointer[[]int]
-	drainMu   sync.Mutex      // one drain of parked events at a time
-	sweepFrom inbox.Aggregate // where the sweeper's next page starts (its goroutine only)
+	drainMu   sync.Mutex // one drain of parked events at a time
+	// sweepFrom is where the sweeper's next window starts (its goroutine only).
+	sweepFrom inbox.Aggregate
 	breaker   *breaker
 	metrics   metrics
 	deadDepth func(context.Context) (int, error) // messages in the dead-letter queue; nil when unknown
