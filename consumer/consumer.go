@@ -47,6 +47,8 @@ type Consumer struct {
 	members   *members // with Partitions
 	owned     atomic.Pointer[[]int]
 	drainMu   sync.Mutex // one drain of parked events at a time
+	// sweepFrom is where the sweeper's next window starts (its goroutine only).
+	sweepFrom inbox.Aggregate
 	breaker   *breaker
 	crashes   *crashLedger // nil when MaxCrashes is off
 	metrics   metrics

@@ -176,7 +176,8 @@ func ReplayDeadLetters(ctx context.Context, cfg *rabbitmq.Config, group string, 
 
 // DiscardDeadLetters removes the dead letters of group that f selects and
 // returns them. With the group's hold-back, release the aggregate of a
-// discarded dead letter (Consumer.Release) so its parked events go on.
+// discarded dead letter d (Consumer.Release, naming d.Aggregate() and
+// d.MessageID) so its parked events go on.
 //
 // Errors: messaging.ErrQueueNotFound, or the broker's.
 func DiscardDeadLetters(ctx context.Context, cfg *rabbitmq.Config, group string, f DeadFilter) ([]DeadLetter, error) {

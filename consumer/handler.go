@@ -60,17 +60,6 @@ func Handle[E aggregate.Event](c *Consumer, fn HandlerFunc[E]) error {
 	return nil
 }
 
-// Release lets a held-back aggregate's parked events through (see
-// Config.DisableHoldBack): for when the dead letter it is held behind was
-// discarded, or the versions a parked event waits for are lost for good
-// (under inbox.VersionsContiguous they are skipped). The consumer of the
-// events' partition applies them within about a second. It reports whether
-// there was a hold or a gap to give up. An empty tenant means the default
-// tenant.
-func (c *Consumer) Release(ctx context.Context, tenantID, aggregateType, aggregateID string) (bool, error) {
-	return c.inbox.Release(ctx, tenantID, aggregateType, aggregateID)
-}
-
 // dispatch calls the handler of a message's event type with the envelope
 // decoded once for the delivery (messaging.EnvelopeOf).
 func (c *Consumer) dispatch(msg *message.Message) error {

@@ -3,7 +3,9 @@ package consumer_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -148,15 +150,12 @@ func TestReleaseLetsAHeldAggregateFlow(t *testing.T) {
 		s.publish(t, Step{}.EventType(), stepMsg(t, 0, 3))
 		s.deadLetters(t, s.group, 1)
 		s.waitParked(t, map[string]string{"a000-003": inbox.ParkedHeld})
-		held, err := s.c.Release(t.Context(), "", "thing", "a000")
-		require.NoError(t, err)
-		assert.True(t, held)
+		a000 := inbox.Aggregate{Type: "thing", ID: "a000"}
+		require.NoError(t, s.c.Release(t.Context(), a000, "a000-002"))
 		s.waitApplied(t, "a000", 1, 3)
 		s.publish(t, Step{}.EventType(), stepMsg(t, 0, 4))
 		s.waitApplied(t, "a000", 1, 3, 4)
-		held, err = s.c.Release(t.Context(), "", "thing", "a000")
-		require.NoError(t, err)
-		assert.False(t, held, "nothing left to release")
+		assert.ErrorIs(t, s.c.Release(t.Context(), a000, "a000-002"), consumer.ErrStaleRelease, "nothing left to release")
 	})
 }
 
@@ -209,9 +208,12 @@ func TestReleaseGivesUpAGap(t *testing.T) {
 		s.publish(t, Step{}.EventType(), stepMsg(t, 0, 4)) // 2 and 3 are lost
 		s.publish(t, Step{}.EventType(), stepMsg(t, 0, 5))
 		s.waitParked(t, map[string]string{"a000-004": inbox.ParkedWaiting, "a000-005": inbox.ParkedHeld})
-		released, err := s.c.Release(t.Context(), "", "thing", "a000")
+		ps, err := s.c.Parked(t.Context(), 10)
 		require.NoError(t, err)
-		assert.True(t, released)
+		require.Equal(t, inbox.ParkedWaiting, ps[0].Reason)
+		assert.ErrorIs(t, s.c.Release(t.Context(), ps[1].Aggregate(), ps[1].MessageID), consumer.ErrStaleRelease,
+			"version 5 does not wait for a gap")
+		require.NoError(t, s.c.Release(t.Context(), ps[0].Aggregate(), ps[0].MessageID)) // 2 and 3 are given up
 		s.waitApplied(t, "a000", 1, 4, 5)
 		assert.Empty(t, s.parked(t))
 	})
@@ -231,8 +233,7 @@ func TestStaleReplayIsDeadLetteredNotSkipped(t *testing.T) {
 		}
 		dead := s.deadLetters(t, s.group, 1)
 		s.waitParked(t, map[string]string{"a000-003": inbox.ParkedHeld})
-		_, err := s.c.Release(t.Context(), "", "thing", "a000")
-		require.NoError(t, err)
+		require.NoError(t, s.c.Release(t.Context(), inbox.Aggregate{Type: "thing", ID: "a000"}, "a000-002"))
 		s.waitApplied(t, "a000", 1, 3)
 
 		s.fixed.Store(true)
@@ -246,5 +247,114 @@ func TestStaleReplayIsDeadLetteredNotSkipped(t *testing.T) {
 		n, _ := s.metric(t, "bento_consumer_dead_lettered_total", map[string]string{"cause": consumer.CauseStale})
 		assert.EqualValues(t, 1, n, "stale dead letters counted")
 		assert.Equal(t, []int64{1, 3}, s.applied(t, "a000"))
+	})
+}
+
+// TestSweeperReachesEveryReleasedAggregate: with 1,000 aggregates held
+// behind dead letters, each with a parked later event, releasing 10 of
+// them spread over the key space (most sort past the first 100) applies
+// all 10 parked events within a bounded time, and nothing else.
+func TestSweeperReachesEveryReleasedAggregate(t *testing.T) {
+	testenv.Stress(t)
+	forEachHarness(t, func(t *testing.T, h *harness) {
+		const n, within = 1000, 15 * time.Second
+		s := buildHoldSuite(t, h, nil, func(s *holdSuite, _ *consumer.Config) {
+			s.fail = func(env *messaging.Envelope) error {
+				if env.AggregateVersion == 1 {
+					return consumer.Permanent(errors.New("version 1 cannot be applied"))
+				}
+				return nil
+			}
+		})
+		for a := range n {
+			s.publish(t, Step{}.EventType(), stepMsg(t, a, 1))
+			s.publish(t, Step{}.EventType(), stepMsg(t, a, 2))
+		}
+		testenv.WaitFor(t, 3*time.Minute, "every aggregate held with a parked event", func() bool {
+			return s.countParked(t, inbox.ParkedHeld) == n
+		})
+		var released []string
+		for a := 5; a < n; a += 100 { // a005, a105, ..., a905
+			agg := fmt.Sprintf("a%03d", a)
+			require.NoError(t, s.c.Release(t.Context(), inbox.Aggregate{Type: "thing", ID: agg}, agg+"-001"))
+			released = append(released, agg)
+		}
+		start := time.Now()
+		applied := func() int {
+			k := 0
+			for _, agg := range released {
+				if slices.Equal(s.applied(t, agg), []int64{2}) {
+					k++
+				}
+			}
+			return k
+		}
+		testenv.Poll(within, func() bool { return applied() == len(released) })
+		got := applied()
+		t.Logf("%s: %d of %d released aggregates applied within %v (%v), %d still parked",
+			h.name, got, len(released), within, time.Since(start).Round(time.Millisecond), s.countParked(t, ""))
+		assert.Equal(t, len(released), got, "released aggregates applied")
+		var total int64
+		require.NoError(t, s.db.Model(&Applied{}).Count(&total).Error)
+		assert.EqualValues(t, len(released), total, "nothing but the released aggregates applied")
+		assert.Equal(t, n-len(released), s.countParked(t, inbox.ParkedHeld), "the others still held")
+	})
+}
+
+// countParked returns how many of the suite's events are parked for
+// reason, or for any reason when reason is "".
+func (s *holdSuite) countParked(t *testing.T, reason string) int {
+	t.Helper()
+	ps, err := s.c.Parked(t.Context(), 100_000)
+	require.NoError(t, err)
+	k := 0
+	for _, p := range ps {
+		if reason == "" || p.Reason == reason {
+			k++
+		}
+	}
+	return k
+}
+
+// TestStaleReleaseKeepsTheNewHold: an operator releases an aggregate held
+// behind version 3's dead letter; the parked version 4 then fails and
+// holds the aggregate anew; the same Release, retried, is stale: it fails
+// and leaves the new hold in place, so version 5 waits for version 4 and
+// the aggregate is never applied out of order.
+func TestStaleReleaseKeepsTheNewHold(t *testing.T) {
+	forEachHarness(t, func(t *testing.T, h *harness) {
+		s := newHoldSuite(t, h, nil, 3, 4)
+		for v := int64(1); v <= 5; v++ {
+			s.publish(t, Step{}.EventType(), stepMsg(t, 0, v))
+		}
+		assert.Equal(t, map[string]string{"a000-003": consumer.CausePermanent}, causes(s.deadLetters(t, s.group, 1)))
+		s.waitParked(t, map[string]string{"a000-004": inbox.ParkedHeld, "a000-005": inbox.ParkedHeld})
+		a000 := inbox.Aggregate{Type: "thing", ID: "a000"}
+		// The operator discarded version 3; version 4 fails in its turn.
+		require.NoError(t, s.c.Release(t.Context(), a000, "a000-003"))
+		dead := s.deadLetters(t, s.group, 1)
+		require.Equal(t, map[string]string{"a000-004": consumer.CausePermanent}, causes(dead))
+		s.waitParked(t, map[string]string{"a000-005": inbox.ParkedHeld})
+
+		err := s.c.Release(t.Context(), a000, "a000-003") // the same release, retried
+		t.Logf("%s: retried release: %v", h.name, err)
+		assert.ErrorIs(t, err, consumer.ErrStaleRelease)
+		// Two sweeps and more: version 5 must still wait for version 4.
+		testenv.Poll(3*time.Second, func() bool { return len(s.applied(t, "a000")) > 2 })
+		assert.Equal(t, []int64{1, 2}, s.applied(t, "a000"), "version 5 waits for version 4")
+
+		s.fixed.Store(true)
+		s.publish(t, Step{}.EventType(), dead[0]) // the operator replays version 4
+		s.waitApplied(t, "a000", 1, 2, 4, 5)
+		vs := s.applied(t, "a000")
+		outOfOrder := 0
+		for i := 1; i < len(vs); i++ {
+			if vs[i] <= vs[i-1] {
+				outOfOrder++
+			}
+		}
+		t.Logf("%s: applied %v, %d out of order", h.name, vs, outOfOrder)
+		assert.Zero(t, outOfOrder, "events applied out of order")
+		assert.Empty(t, s.parked(t))
 	})
 }

@@ -18,8 +18,14 @@ import (
 // partitions that nothing holds back any more.
 const sweepEvery = time.Second
 
-// sweepBatch bounds the aggregates one sweep drains.
-const sweepBatch = 100
+// sweepWindow bounds the parked events one sweep looks at: a window of
+// them, in key order from where the previous sweep stopped (see
+// inbox.ParkedAggregates).
+const sweepWindow = 2000
+
+// ErrStaleRelease is returned by Release when the aggregate is not held
+// back by what the release names (it is inbox.ErrStaleRelease).
+var ErrStaleRelease = inbox.ErrStaleRelease
 
 type partitionCtxKey struct{}
 
@@ -42,6 +48,33 @@ func partitionOf(ctx context.Context) int {
 // ("waiting"), and those that waited past GapTimeout ("gap").
 func (c *Consumer) Parked(ctx context.Context, limit int) ([]inbox.Parked, error) {
 	return c.inbox.ListParked(ctx, limit)
+}
+
+// Release gives up what holds an aggregate back (see
+// Config.DisableHoldBack), named by messageID, so that its parked events
+// go on: the dead letter it is held behind, for when that was discarded
+// (name it by DeadLetter.MessageID, with DeadLetter.Aggregate), or, under
+// inbox.VersionsContiguous, its first parked event, waiting for versions
+// that are lost for good (name it by inbox.Parked.MessageID, with
+// Parked.Aggregate): they are skipped. Releasing a hold under
+// VersionsContiguous also skips the versions the first parked event waits
+// for. The consumer of the events' partition applies them within about a
+// second. Release compares and gives up in one transaction: a release
+// that is stale (the aggregate was released or its dead letter applied
+// already, or it is held behind another message now, such as a parked
+// event that failed in its turn) changes nothing and returns
+// ErrStaleRelease, so a retried Release never lifts a hold it did not
+// name. An empty tenant means the default tenant.
+//
+// Errors: ErrStaleRelease, inbox.ErrClosed, or the database error.
+func (c *Consumer) Release(ctx context.Context, agg inbox.Aggregate, messageID string) error {
+	return c.inbox.Release(ctx, agg, messageID)
+}
+
+// Aggregate returns the aggregate d belongs to: with d.MessageID it names
+// the hold Release gives up when d is discarded.
+func (d DeadLetter) Aggregate() inbox.Aggregate {
+	return inbox.Aggregate{TenantID: d.TenantID, Type: d.AggregateType, ID: d.AggregateID}
 }
 
 // park parks msg for reason, logging it.
@@ -155,7 +188,8 @@ func (c *Consumer) unhold(ctx context.Context, msg *message.Message) {
 
 // sweep turns the waits that outlasted GapTimeout into gap dead letters and
 // applies the parked events of partitions that nothing holds back any more
-// (a hold released, a drain cut short by an outage or a handover).
+// (a hold released, a drain cut short by an outage or a handover), looking
+// at sweepWindow parked events at a time.
 func (c *Consumer) sweep(ctx context.Context, partitions []int) {
 	if c.cfg.GapTimeout > 0 {
 		expired, err := c.inbox.ExpireParked(ctx, time.Now().Add(-c.cfg.GapTimeout))
@@ -170,13 +204,18 @@ func (c *Consumer) sweep(ctx context.Context, partitions []int) {
 				"aggregate_id", p.AggregateID, "version", p.Version, "gap_timeout", c.cfg.GapTimeout)
 		}
 	}
-	aggs, err := c.inbox.ParkedAggregates(ctx, partitions, sweepBatch)
+	// Page on from where the previous sweep stopped, wrapping around at
+	// the end: every releasable aggregate is reached within a bounded
+	// number of sweeps, however many are held, and one that keeps failing
+	// does not keep the others out.
+	aggs, next, err := c.inbox.ParkedAggregates(ctx, partitions, c.sweepFrom, sweepWindow)
 	if err != nil {
 		if ctx.Err() == nil {
 			c.cfg.Logger.Warn("consumer: cannot list parked events", "group", c.cfg.Group, "err", err)
 		}
 		return
 	}
+	c.sweepFrom = next
 	for _, agg := range aggs {
 		c.drain(ctx, agg)
 	}

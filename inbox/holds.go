@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/internal/dialect"
 	"github.com/bentoevents/bento/messaging"
@@ -16,6 +17,12 @@ import (
 // held back behind an earlier message of it that was dead-lettered: applying
 // it would put the aggregate's events out of order.
 var ErrHeld = errors.New("inbox: held back behind a dead-lettered event of its aggregate")
+
+// ErrStaleRelease is returned by [Inbox.Release] when the aggregate is not
+// held back by what the release names: the hold was released or its
+// message applied already, or the aggregate is held behind another
+// message now. Nothing was changed.
+var ErrStaleRelease = errors.New("inbox: stale release: the aggregate is not held back by that message")
 
 // heldRef is msg's aggregate with its tenant, or a zero id for a message
 // without one.
@@ -111,22 +118,67 @@ WHERE consumer = ? AND tenant_id = ? AND aggregate_type = ? AND aggregate_id = ?
 	return nil
 }
 
-// Release lifts the hold on an aggregate (the operator discarded the dead
-// letter it was held behind). Under
-// VersionsContiguous it also gives up the versions the aggregate's first
-// parked event waits for, so that its parked events can be applied. They
-// are applied by the consumer of their partition. It reports whether there
-// was a hold or a gap to give up. An empty tenant means tenant.Default.
-func (in *Inbox) Release(ctx context.Context, tenantID, aggregateType, aggregateID string) (bool, error) {
-	tenantID = defaultTenant(tenantID)
-	res := in.db.WithContext(ctx).Exec(`DELETE FROM inbox_holds
+// Release gives up what holds an aggregate back, named by messageID: the
+// dead letter it is held behind (its hold's message, which the operator
+// discarded) or, under VersionsContiguous, its first parked event, waiting
+// for versions that were never applied. Giving up a hold under
+// VersionsContiguous also gives up the versions the aggregate's first
+// parked event waits for; giving up a gap moves the aggregate's watermark
+// to just below that event. Either way its parked events can then be
+// applied, by the consumer of their partition. It compares and gives up
+// in one transaction: when the aggregate is not held back by what
+// messageID names (it was released or applied already, or it is held
+// behind another message now), it changes nothing and returns
+// ErrStaleRelease. An empty tenant means tenant.Default.
+//
+// Errors: ErrStaleRelease, ErrClosed, or the database error.
+func (in *Inbox) Release(ctx context.Context, agg Aggregate, messageID string) error {
+	agg.TenantID = defaultTenant(agg.TenantID)
+	return in.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		res := tx.Exec(`DELETE FROM inbox_holds
+WHERE consumer = ? AND tenant_id = ? AND aggregate_type = ? AND aggregate_id = ? AND message_id = ?`,
+			in.cfg.Consumer, agg.TenantID, agg.Type, agg.ID, messageID)
+		if res.Error != nil {
+			return wrapDB("release hold", res.Error)
+		}
+		if res.RowsAffected > 0 {
+			_, err := in.skipGap(tx, agg, "")
+			return err
+		}
+		skipped, err := in.skipGap(tx, agg, messageID)
+		if err != nil || skipped {
+			return err
+		}
+		h, err := in.holdOf(tx, agg)
+		switch {
+		case err != nil:
+			return err
+		case h != nil:
+			return fmt.Errorf("%w: %s %s is held behind message %s (version %d), not %s",
+				ErrStaleRelease, agg.Type, agg.ID, h.MessageID, h.Version, messageID)
+		}
+		return fmt.Errorf("%w: %s %s is not held behind message %s", ErrStaleRelease, agg.Type, agg.ID, messageID)
+	})
+}
+
+// holdRow is a row of inbox_holds.
+type holdRow struct {
+	Version   int64
+	MessageID string
+}
+
+// holdOf returns the hold of agg, read in tx, or nil when it has none.
+func (in *Inbox) holdOf(tx *gorm.DB, agg Aggregate) (*holdRow, error) {
+	var rows []holdRow
+	if err := tx.Raw(`SELECT version, message_id FROM inbox_holds
 WHERE consumer = ? AND tenant_id = ? AND aggregate_type = ? AND aggregate_id = ?`,
-		in.cfg.Consumer, tenantID, aggregateType, aggregateID)
-	if res.Error != nil {
-		return false, wrapDB("release hold", res.Error)
+		in.cfg.Consumer, agg.TenantID, agg.Type, agg.ID).Scan(&rows).Error; err != nil {
+		return nil, wrapDB("read hold", err)
 	}
-	skipped, err := in.skipGap(ctx, tenantID, aggregateType, aggregateID)
-	return res.RowsAffected > 0 || skipped, err
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	return &rows[0], nil
 }
 
 // Entangled returns the aggregates of msgs that are held back or have

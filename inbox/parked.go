@@ -59,6 +59,12 @@ func (p *Parked) Message() *message.Message {
 	return msg
 }
 
+// Aggregate returns the aggregate p belongs to: with p.MessageID it names
+// what Release gives up when p waits for versions that never arrived.
+func (p *Parked) Aggregate() Aggregate {
+	return Aggregate{TenantID: p.TenantID, Type: p.AggregateType, ID: p.AggregateID}
+}
+
 // Aggregate names one aggregate of one tenant.
 type Aggregate struct {
 	TenantID, Type, ID string
@@ -139,8 +145,13 @@ func (in *Inbox) Park(ctx context.Context, msg *message.Message, partition int, 
 // NextParked returns the parked event of an aggregate with the lowest
 // version, or nil when it has none.
 func (in *Inbox) NextParked(ctx context.Context, agg Aggregate) (*Parked, error) {
+	return in.nextParked(in.db.WithContext(ctx), agg)
+}
+
+// nextParked is NextParked through db (a transaction, or the handle).
+func (in *Inbox) nextParked(db *gorm.DB, agg Aggregate) (*Parked, error) {
 	var rows []parkedRow
-	err := in.db.WithContext(ctx).Raw(`SELECT `+parkedColumns+` FROM inbox_parked
+	err := db.Raw(`SELECT `+parkedColumns+` FROM inbox_parked
 WHERE consumer = ? AND tenant_id = ? AND aggregate_type = ? AND aggregate_id = ? ORDER BY version, message_id LIMIT 1`,
 		in.cfg.Consumer, agg.TenantID, agg.Type, agg.ID).Scan(&rows).Error
 	if err != nil {
@@ -164,19 +175,73 @@ WHERE consumer = ? ORDER BY parked_at, aggregate_id, version LIMIT ?`, in.cfg.Co
 	return parkedAll(rows)
 }
 
-// ParkedAggregates returns up to limit aggregates with parked events that
-// arrived on one of partitions.
-func (in *Inbox) ParkedAggregates(ctx context.Context, partitions []int, limit int) ([]Aggregate, error) {
+// The statement of ParkedAggregates. Its window is the next parked events
+// after a cursor in the order of inbox_parked_aggregate, so it reads at
+// most that many index entries; each is then checked by primary-key probes
+// of inbox_parked, inbox_holds and (releasableCaughtUp) inbox_watermarks.
+// It returns the window's releasable aggregates (ready = 1): those whose
+// first parked event (lowest version) arrived on one of the partitions
+// and passes CheckHold's rule (no hold below it) and, under
+// VersionsContiguous, whose predecessor was applied; and, when the window
+// is full, its last aggregate (ready = 0), where the next one starts.
+const (
+	releasableWindow = `WITH w AS (SELECT tenant_id, aggregate_type, aggregate_id, version, message_id, partition_no
+  FROM inbox_parked WHERE consumer = ? AND (tenant_id, aggregate_type, aggregate_id) > (?, ?, ?)
+  ORDER BY tenant_id, aggregate_type, aggregate_id, version LIMIT ?)
+SELECT p.tenant_id, p.aggregate_type AS type, p.aggregate_id AS id, 1 AS ready FROM w p
+WHERE p.partition_no IN ?
+AND NOT EXISTS (SELECT 1 FROM inbox_parked e WHERE e.consumer = ? AND e.tenant_id = p.tenant_id
+  AND e.aggregate_type = p.aggregate_type AND e.aggregate_id = p.aggregate_id
+  AND (e.version < p.version OR (e.version = p.version AND e.message_id < p.message_id)))
+AND NOT EXISTS (SELECT 1 FROM inbox_holds h WHERE h.consumer = ? AND h.tenant_id = p.tenant_id
+  AND h.aggregate_type = p.aggregate_type AND h.aggregate_id = p.aggregate_id AND h.version < p.version)`
+	releasableCaughtUp = `
+AND COALESCE((SELECT m.version FROM inbox_watermarks m WHERE m.consumer = ? AND m.tenant_id = p.tenant_id
+  AND m.aggregate_type = p.aggregate_type AND m.aggregate_id = p.aggregate_id), 0) >= p.version - 1`
+	releasableEnd = `
+UNION ALL
+SELECT tenant_id, aggregate_type, aggregate_id, 0 FROM (SELECT tenant_id, aggregate_type, aggregate_id FROM w
+  ORDER BY tenant_id DESC, aggregate_type DESC, aggregate_id DESC LIMIT 1) l
+WHERE (SELECT count(*) FROM w) = ?`
+)
+
+// ParkedAggregates looks at the next window parked events after the
+// aggregate after (in the order of tenant, aggregate type, aggregate id)
+// and returns the aggregates among them whose parked events can be
+// applied now and whose first parked event arrived on one of partitions:
+// not those held behind a dead letter, nor, under VersionsContiguous,
+// those whose first parked event still waits for its predecessor
+// (ParkedWaiting or ParkedGap until the watermark catches up). next is
+// where the following window starts: the last aggregate looked at, or the
+// zero Aggregate once the window reached the end. Each call reads at most
+// window parked events, so a caller that pages on with next reaches every
+// releasable aggregate within (parked events / window) + 1 calls, however
+// many are held.
+func (in *Inbox) ParkedAggregates(ctx context.Context, partitions []int, after Aggregate, window int) (
+	aggs []Aggregate, next Aggregate, err error) {
 	if len(partitions) == 0 {
-		return nil, nil
+		return nil, Aggregate{}, nil
 	}
-	var out []Aggregate
-	err := in.db.WithContext(ctx).Raw(`SELECT DISTINCT tenant_id, aggregate_type AS type, aggregate_id AS id
-FROM inbox_parked WHERE consumer = ? AND partition_no IN ? LIMIT ?`, in.cfg.Consumer, partitions, limit).Scan(&out).Error
-	if err != nil {
-		return nil, wrapDB("list parked aggregates", err)
+	c := in.cfg.Consumer
+	q, args := releasableWindow, []any{c, after.TenantID, after.Type, after.ID, window, partitions, c, c}
+	if in.cfg.Versions == VersionsContiguous {
+		q, args = q+releasableCaughtUp, append(args, c)
 	}
-	return out, nil
+	var rows []struct {
+		Aggregate
+		Ready bool
+	}
+	if err := in.db.WithContext(ctx).Raw(q+releasableEnd, append(args, window)...).Scan(&rows).Error; err != nil {
+		return nil, Aggregate{}, wrapDB("list parked aggregates", err)
+	}
+	for _, r := range rows {
+		if r.Ready {
+			aggs = append(aggs, r.Aggregate)
+		} else {
+			next = r.Aggregate
+		}
+	}
+	return aggs, next, nil
 }
 
 // Unpark deletes a parked event, in the transaction ctx carries if there
@@ -215,36 +280,39 @@ WHERE consumer = ? AND reason = ? AND parked_at < ? RETURNING `+parkedColumns,
 
 // skipGap, under VersionsContiguous, moves an aggregate's watermark up to
 // just below its first parked event when that event waits for versions
-// that were never applied: the operator gave them up (Release). It reports
-// whether it did.
-func (in *Inbox) skipGap(ctx context.Context, tid, aggregateType, aggregateID string) (skipped bool, err error) {
+// that were never applied: the operator gave them up (Release). With first
+// set, it does so only when first is that event's message id and the
+// aggregate has no hold. It runs in tx and reports whether it moved the
+// watermark.
+func (in *Inbox) skipGap(tx *gorm.DB, agg Aggregate, first string) (skipped bool, err error) {
 	if in.cfg.Versions != VersionsContiguous {
 		return false, nil
 	}
-	next, err := in.NextParked(ctx, Aggregate{TenantID: tid, Type: aggregateType, ID: aggregateID})
-	if err != nil || next == nil {
+	next, err := in.nextParked(tx, agg)
+	if err != nil || next == nil || (first != "" && next.MessageID != first) {
 		return false, err
 	}
-	err = in.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		k := aggKey{tid, aggregateType, aggregateID}
-		rows, err := in.upsertMarks(tx, []aggKey{k}, []int64{0}, "inbox_watermarks.version", "RETURNING version")
-		if err != nil || len(rows) != 1 {
-			return wrapDB("read watermark", errors.Join(err, fmt.Errorf("%d rows", len(rows))))
+	if first != "" {
+		if h, err := in.holdOf(tx, agg); err != nil || h != nil {
+			return false, err
 		}
-		mark := rows[0].Version
-		if next.Version-1 <= mark {
-			return nil
-		}
-		if _, err := in.upsertMarks(tx, []aggKey{k}, []int64{next.Version - 1}, "excluded.version", ""); err != nil {
-			return wrapDB("skip gap", err)
-		}
-		in.log.Warn("released an aggregate waiting for lost versions; they will be skipped",
-			"tenant_id", tid, "aggregate_type", aggregateType, "aggregate_id", aggregateID,
-			"from_version", mark+1, "to_version", next.Version-1)
-		skipped = true
-		return nil
-	})
-	return skipped, err
+	}
+	k := aggKey{agg.TenantID, agg.Type, agg.ID}
+	rows, err := in.upsertMarks(tx, []aggKey{k}, []int64{0}, "inbox_watermarks.version", "RETURNING version")
+	if err != nil || len(rows) != 1 {
+		return false, wrapDB("read watermark", errors.Join(err, fmt.Errorf("%d rows", len(rows))))
+	}
+	mark := rows[0].Version
+	if next.Version-1 <= mark {
+		return false, nil
+	}
+	if _, err := in.upsertMarks(tx, []aggKey{k}, []int64{next.Version - 1}, "excluded.version", ""); err != nil {
+		return false, wrapDB("skip gap", err)
+	}
+	in.log.Warn("released an aggregate waiting for lost versions; they will be skipped",
+		"tenant_id", agg.TenantID, "aggregate_type", agg.Type, "aggregate_id", agg.ID,
+		"from_version", mark+1, "to_version", next.Version-1)
+	return true, nil
 }
 
 // defaultTenant returns tid, or tenant.Default when it is empty.
