@@ -135,15 +135,58 @@ func redeliveredIDs(msgs []*message.Message) []string {
 	return ids
 }
 
+// limitMargin is how many deliveries below the broker's delivery limit a
+// message is dead-lettered by the consumer, which holds its aggregate
+// first: room for give-backs of it that came before the consumer saw it.
+const limitMargin = 2
+
+// nearLimit reports whether the broker would dead-letter msg, without a
+// hold, within limitMargin more give-backs.
+func (c *Consumer) nearLimit(msg *message.Message) bool {
+	return c.cfg.Partitions > 0 && c.cfg.QueueType == rabbitmq.Quorum &&
+		deliveryCount(msg) >= max(c.cfg.DeliveryLimit-limitMargin, 1)
+}
+
 // doomed reports whether msg, delivered again after crashes crashed
 // attempts, must be dead-lettered as poison now: its attempts died
-// MaxCrashes times, or the broker would dead-letter it itself (without a
-// hold) at its next give-back.
+// MaxCrashes times, or it is near the broker's delivery limit.
 func (c *Consumer) doomed(msg *message.Message, crashes int) bool {
-	if c.cfg.MaxCrashes > 0 && crashes >= c.cfg.MaxCrashes {
-		return true
+	return (c.cfg.MaxCrashes > 0 && crashes >= c.cfg.MaxCrashes) || c.nearLimit(msg)
+}
+
+// watchLimit forwards a partition's messages as they arrive, and holds
+// back at once the aggregate of one that is near the broker's delivery
+// limit (see nearLimit), before it waits behind others: were the process
+// to die before the message is handled, the broker could dead-letter it,
+// and the hold keeps its aggregate's later events from overtaking it. The
+// message is dead-lettered as poison when its turn comes (see guard).
+// Without hold-back or a delivery limit it returns msgs.
+func (c *Consumer) watchLimit(ctx context.Context, msgs <-chan *message.Message) <-chan *message.Message {
+	if c.cfg.DisableHoldBack || c.cfg.Partitions <= 0 || c.cfg.QueueType != rabbitmq.Quorum {
+		return msgs
 	}
-	return c.cfg.Partitions > 0 && c.cfg.QueueType == rabbitmq.Quorum && deliveryCount(msg) >= c.cfg.DeliveryLimit-1
+	out := make(chan *message.Message, c.cfg.BatchSize) // a subscription holds at most that many
+	go func() {
+		defer close(out)
+		for msg := range msgs {
+			if c.nearLimit(msg) {
+				if err := c.inbox.Hold(ctx, msg); err != nil {
+					c.cfg.Logger.Warn("consumer: cannot hold back the aggregate of a message near the delivery limit",
+						"group", c.cfg.Group, "message_id", msg.UUID, "err", err)
+				}
+			}
+			select {
+			case out <- msg:
+			case <-ctx.Done():
+				msg.Nack()
+				for m := range msgs {
+					m.Nack()
+				}
+				return
+			}
+		}
+	}()
+	return out
 }
 
 // guard is the middleware that keeps a message that kills its process

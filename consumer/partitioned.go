@@ -186,6 +186,7 @@ func (r *partitionRun) start(p int) {
 			"group", r.c.cfg.Group, "queue", queue, "err", err)
 		return
 	}
+	msgs = r.c.watchLimit(ctx, msgs)
 	w := &partitionWorker{stop: make(chan struct{}), done: make(chan struct{}), cancel: cancel}
 	r.workers[p] = w
 	r.wg.Add(1)

@@ -210,17 +210,17 @@ func TestBrokerLinkFlapsDeadLetterNothing(t *testing.T) {
 }
 
 // TestPartitionMovesDeadLetterNothing: two workers apply a backlog of 32
-// aggregates x 30 events (a 100 ms handler) while the second one joins
+// aggregates x 10 events (a 1 s handler) while the second one joins
 // and leaves the group 13 times, each time moving half the partitions
 // over and back. Each move gives back every message the partition's
 // subscription held; none of them failed, so nothing may be
 // dead-lettered, and every event is applied once, in order.
 func TestPartitionMovesDeadLetterNothing(t *testing.T) {
 	testenv.Stress(t)
-	const aggregates, events, moves = 32, 30, 13
+	const aggregates, events, moves = 32, 10, 13
 	b := newOrderedBed(t)
 	publishBacklog(t, b, aggregates, events)
-	w := b.workers(t, b.dsn, envWorkerDelay+"=100ms")
+	w := b.workers(t, b.dsn, envWorkerDelay+"=1s")
 	w.start("w0")
 	testenv.WaitFor(t, time.Minute, "the first worker applying", func() bool { return b.applied(t) > 0 })
 	members := func() (n int64) {
