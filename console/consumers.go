@@ -16,8 +16,9 @@ import (
 // Consumers lets the console show and act on consumer groups' dead letters
 // (package consumer), kept in RabbitMQ queues "<group>.dead".
 type Consumers struct {
-	// AMQP is the broker, and the exchange replays are published to. It
-	// has no default: it is required.
+	// AMQP is the broker, and the event exchange the groups are bound to:
+	// a replay goes to the replayed group's own queues on it. It has no
+	// default: it is required.
 	AMQP *rabbitmq.Config
 	// Groups are the consumer groups to show. It has no default: at least
 	// one is required.

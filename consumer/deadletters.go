@@ -3,10 +3,10 @@ package consumer
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -115,9 +115,12 @@ const deadLimit = 100_000
 
 // ListDeadLetters returns up to limit dead letters of group that f
 // selects, on the RabbitMQ broker of cfg, oldest first, leaving them in
-// the queue.
+// the queue. It waits while another list, replay or discard of the group's
+// dead letters runs, in this process or another (see rabbitmq.BrowseQueue),
+// until ctx ends, so that none of them misses a dead letter the other
+// holds.
 //
-// Errors: messaging.ErrQueueNotFound, or the broker's.
+// Errors: messaging.ErrQueueNotFound, ctx's error, or the broker's.
 func ListDeadLetters(ctx context.Context, cfg *rabbitmq.Config, group string, f DeadFilter, limit int) ([]DeadLetter, error) {
 	return collectDead(ctx, cfg, group, f, limit, nil)
 }
@@ -150,36 +153,59 @@ func collectDead(ctx context.Context, cfg *rabbitmq.Config, group string, f Dead
 }
 
 // ReplayDeadLetters puts the dead letters of group that f selects back
-// into the group's processing, in their order: each is published again to
-// cfg's exchange with its event type as routing key, its id and its
-// headers, without the dead-letter headers and with MetaReplays counted
-// up, then removed from the dead-letter queue once the broker confirmed
-// it. The inbox still skips one that was applied meanwhile. Other groups
-// bound to its event type receive it too, and skip it by the same rule.
-// It returns the dead letters it replayed.
+// into the group's processing, and into no other group's, in their order:
+// each is published again with its id and its headers, without the
+// dead-letter headers and the broker's (x-death, x-delivery-count, ...)
+// and with MetaReplays counted up, to the group's own route
+// (rabbitmq.GroupRoute), then removed from the dead-letter queue once the
+// broker confirmed it. A partitioned group receives it through its
+// partitions' exchange, in the partition its partition key chooses (the
+// one it came from, unless the partition count changed); a group without
+// partitions receives it in its queue. Other groups bound to its event
+// type never receive it. The inbox still skips one the group applied
+// meanwhile. It returns the dead letters it replayed. It waits while
+// another list, replay or discard of the group's dead letters runs, in
+// this process or another (see rabbitmq.BrowseQueue), until ctx ends.
 //
-// Errors: messaging.ErrQueueNotFound, or the broker's.
+// Errors: messaging.ErrQueueNotFound (no dead-letter queue, or a group
+// with neither partitions nor a queue), ctx's error, or the broker's.
 func ReplayDeadLetters(ctx context.Context, cfg *rabbitmq.Config, group string, f DeadFilter) ([]DeadLetter, error) {
+	route, err := rabbitmq.GroupRoute(ctx, cfg, group)
+	if err != nil {
+		return nil, err
+	}
 	return collectDead(ctx, cfg, group, f, deadLimit, func(d DeadLetter, msg *message.Message) (rabbitmq.Browse, error) {
-		if d.EventType == "" {
-			return rabbitmq.Browse{}, fmt.Errorf("consumer: dead letter %s has no event type to route it by", d.MessageID)
-		}
-		for _, k := range []string{MetaDeadCause, MetaDeadReason, MetaDeadAt, MetaDeadAttempts, "x-death", "x-first-death-exchange",
-			"x-first-death-queue", "x-first-death-reason", middleware.PoisonedTopicKey, middleware.PoisonedHandlerKey,
-			middleware.PoisonedSubscriberKey} {
-			delete(msg.Metadata, k)
+		for k := range msg.Metadata {
+			if deadHeader(k) {
+				delete(msg.Metadata, k)
+			}
 		}
 		msg.Metadata.Set(MetaReplays, strconv.Itoa(d.Replays+1))
-		return rabbitmq.Browse{Republish: d.EventType, Remove: true}, nil
+		return rabbitmq.Browse{Republish: &route, Remove: true}, nil
 	})
+}
+
+// deadHeader reports whether the header k says how a message died or was
+// delivered: a dead-letter header of ours or of Watermill's, or one the
+// broker adds when it dead-letters or redelivers a message.
+func deadHeader(k string) bool {
+	switch k {
+	case MetaDeadCause, MetaDeadReason, MetaDeadAt, MetaDeadAttempts, middleware.PoisonedTopicKey,
+		middleware.PoisonedHandlerKey, middleware.PoisonedSubscriberKey, "x-death", rabbitmq.HeaderDeliveryCount,
+		messaging.MetaRedelivered:
+		return true
+	}
+	return strings.HasPrefix(k, "x-first-death-") || strings.HasPrefix(k, "x-last-death-")
 }
 
 // DiscardDeadLetters removes the dead letters of group that f selects and
 // returns them. With the group's hold-back, release the aggregate of a
 // discarded dead letter d (Consumer.Release, naming d.Aggregate() and
-// d.MessageID) so its parked events go on.
+// d.MessageID) so its parked events go on. It waits while another list,
+// replay or discard of the group's dead letters runs, in this process or
+// another (see rabbitmq.BrowseQueue), until ctx ends.
 //
-// Errors: messaging.ErrQueueNotFound, or the broker's.
+// Errors: messaging.ErrQueueNotFound, ctx's error, or the broker's.
 func DiscardDeadLetters(ctx context.Context, cfg *rabbitmq.Config, group string, f DeadFilter) ([]DeadLetter, error) {
 	return collectDead(ctx, cfg, group, f, deadLimit, func(DeadLetter, *message.Message) (rabbitmq.Browse, error) {
 		return rabbitmq.Browse{Remove: true}, nil

@@ -3,6 +3,8 @@ package consumer_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/consumer"
+	"github.com/bentoevents/bento/inbox"
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
 )
@@ -84,4 +87,191 @@ func TestDeadLettersListReplayDiscard(t *testing.T) {
 	assert.Empty(t, left)
 	time.Sleep(300 * time.Millisecond)
 	assert.Equal(t, int64(1), s.effects(t), "applied once; the discarded one never")
+}
+
+// TestConcurrentDeadLetterOperationsMissNothing: 40 aggregates of a group
+// with hold-back have one event each dead-lettered; then 40 goroutines act
+// at once on one aggregate each, as a console, the command and the API
+// would: a third replay its dead letter, a third list it and then replay
+// it, a third discard it, while console pages list them all. Every
+// operation finds its dead letter, the dead-letter queue ends empty, and
+// every replayed aggregate is applied and no longer held.
+func TestConcurrentDeadLetterOperationsMissNothing(t *testing.T) {
+	const aggregates, pageViews = 40, 8
+	h := rabbitHarness(t)
+	s := buildHoldSuite(t, h, nil, func(s *holdSuite, _ *consumer.Config) {
+		s.fail = func(*messaging.Envelope) error {
+			if !s.fixed.Load() {
+				return consumer.Permanent(errors.New("the handler cannot apply this yet"))
+			}
+			return nil
+		}
+	})
+	ctx := t.Context()
+	for a := range aggregates {
+		s.publish(t, Step{}.EventType(), stepMsg(t, a, 1))
+	}
+	testenv.WaitFor(t, 60*time.Second, "every aggregate dead-lettered and held", func() bool {
+		dead, err := consumer.ListDeadLetters(ctx, h.amqp, s.group, consumer.DeadFilter{}, 2*aggregates)
+		require.NoError(t, err)
+		return len(dead) == aggregates && s.held(t, nil) == aggregates
+	})
+	s.fixed.Store(true)
+
+	var (
+		start          = make(chan struct{})
+		wg             sync.WaitGroup
+		ops, misses    atomic.Int32
+		mu             sync.Mutex
+		errs           []error
+		replayed       []string
+		replay, listed = 0, 0
+	)
+	for a := range aggregates {
+		agg := fmt.Sprintf("a%03d", a)
+		f := consumer.DeadFilter{AggregateID: agg}
+		found := func(n int, err error) {
+			ops.Add(1)
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("%s: %w", agg, err))
+				mu.Unlock()
+			} else if n != 1 {
+				misses.Add(1)
+			}
+		}
+		var act func()
+		switch a % 3 {
+		case 0, 1:
+			list := a%3 == 1
+			if list {
+				listed++
+			} else {
+				replay++
+			}
+			replayed = append(replayed, agg)
+			act = func() {
+				if list {
+					d, err := consumer.ListDeadLetters(ctx, h.amqp, s.group, f, 1)
+					found(len(d), err)
+				}
+				d, err := consumer.ReplayDeadLetters(ctx, h.amqp, s.group, f)
+				found(len(d), err)
+			}
+		default:
+			act = func() {
+				d, err := consumer.DiscardDeadLetters(ctx, h.amqp, s.group, f)
+				found(len(d), err)
+			}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			act()
+		}()
+	}
+	for range pageViews { // the console's group page, listing them all
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			if _, err := consumer.ListDeadLetters(ctx, h.amqp, s.group, consumer.DeadFilter{}, 100); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("page view: %w", err))
+				mu.Unlock()
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	require.NoError(t, errors.Join(errs...))
+	t.Logf("%d operations on %d aggregates (%d replays, %d lists then replays, %d discards; %d page views besides): %d found nothing",
+		ops.Load(), aggregates, replay, listed, aggregates-replay-listed, pageViews, misses.Load())
+
+	left, err := consumer.ListDeadLetters(ctx, h.amqp, s.group, consumer.DeadFilter{}, 2*aggregates)
+	require.NoError(t, err)
+	testenv.Poll(30*time.Second, func() bool { return s.held(t, replayed) == 0 })
+	held := s.held(t, replayed)
+	t.Logf("%d of %d replayed aggregates still held; %d dead letters left", held, len(replayed), len(left))
+	assert.Zero(t, misses.Load(), "operations that found no dead letter")
+	assert.Empty(t, left, "dead letters neither replayed nor discarded")
+	assert.Zero(t, held, "replayed aggregates still held")
+	for _, agg := range replayed {
+		assert.Equal(t, []int64{1}, s.applied(t, agg), "versions of %s applied", agg)
+	}
+}
+
+// held counts the suite's held aggregates among aggs (all when nil).
+func (s *holdSuite) held(t *testing.T, aggs []string) int {
+	t.Helper()
+	q := s.db.Table("inbox_holds").Where("consumer = ?", s.group)
+	if aggs != nil {
+		q = q.Where("aggregate_id IN ?", aggs)
+	}
+	var n int64
+	require.NoError(t, q.Count(&n).Error)
+	return int(n)
+}
+
+// TestReplayReachesOnlyTheReplayedGroup: groups A and B consume the same
+// event type; A's handler fails its first attempt for good, so the event
+// is dead-lettered in A while B applies it. B's inbox records are purged
+// (as retention does), then A's dead letter is replayed, and the
+// aggregate's next version published: A applies the event and then the
+// next version; B applies the next version only, never the replayed event
+// again. Both for partitioned groups and for groups of one queue.
+func TestReplayReachesOnlyTheReplayedGroup(t *testing.T) {
+	for name, partitions := range map[string]int{"partitioned": 4, "one queue": 0} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			h := rabbitHarness(t)
+			a, b := newSuite(t, h), newSuite(t, h)
+			ctx := t.Context()
+			var failed atomic.Bool
+			start := func(s *suite, fail bool) {
+				cfg := s.config()
+				cfg.Partitions = partitions
+				c := s.newConsumer(t, cfg)
+				require.NoError(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e OrderPlaced, env *messaging.Envelope) error {
+					if fail && failed.CompareAndSwap(false, true) {
+						return consumer.Permanent(errors.New("the handler cannot apply this yet"))
+					}
+					return tx.Create(&Effect{MessageID: s.group + "/" + env.ID}).Error
+				}))
+				run(t, c)
+			}
+			start(a, true)
+			start(b, false)
+			applied := func(s *suite, id string) int64 {
+				var n int64
+				require.NoError(t, s.db.Model(&Effect{}).Where("message_id = ?", s.group+"/"+id).Count(&n).Error)
+				return n
+			}
+			first := eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: "o1"}, nil)
+			a.publish(t, "order.placed", first)
+			testenv.WaitFor(t, 20*time.Second, "the event dead-lettered in A and applied by B", func() bool {
+				dead, err := consumer.ListDeadLetters(ctx, h.amqp, a.group, consumer.DeadFilter{}, 10)
+				require.NoError(t, err)
+				return len(dead) == 1 && applied(b, first.UUID) == 1
+			})
+			purged, err := inbox.Purge(ctx, h.db, time.Hour, &inbox.PurgeOpts{Consumer: b.group,
+				Clock: testenv.NewClock(time.Now().Add(2 * time.Hour))})
+			require.NoError(t, err)
+			require.Equal(t, int64(1), purged, "B's inbox record purged")
+
+			replayed, err := consumer.ReplayDeadLetters(ctx, h.amqp, a.group, consumer.DeadFilter{})
+			require.NoError(t, err)
+			require.Len(t, replayed, 1)
+			next := eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: "o1"}, nil)
+			next.Metadata.Set(messaging.MetaAggregateVersion, "2")
+			a.publish(t, "order.placed", next) // behind the replay, if it reached B
+			testenv.WaitFor(t, 20*time.Second, "the replay applied by A and the next version by both", func() bool {
+				return applied(a, first.UUID) == 1 && applied(a, next.UUID) == 1 && applied(b, next.UUID) == 1
+			})
+			n := applied(b, first.UUID)
+			t.Logf("B applied the event replayed in A %d time(s)", n)
+			assert.Equal(t, int64(1), n, "B applies the event once: the replay is A's only")
+		})
+	}
 }

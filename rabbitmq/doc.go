@@ -3,7 +3,7 @@
 // confirms ([ConfirmPublisher]), consumer-group and partition subscribers
 // ([NewSubscriber], [NewPartitionSubscriber]), and the calls that declare,
 // inspect and delete the topology ([DeclareTopology], [DeclareQueue],
-// [DeclarePartitions], [QueueDepth], [Ping], [BrowseQueue],
+// [DeclarePartitions], [QueueDepth], [Ping], [GroupRoute], [BrowseQueue],
 // [ListUnroutable], [ReplayUnroutable], [DeleteQueues], [DeletePartitions],
 // [DeleteTopology]). It speaks the wire format of package messaging: every
 // message is a messaging.NewMessage, read back with messaging.Decode.

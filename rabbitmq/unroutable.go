@@ -62,7 +62,7 @@ func ReplayUnroutable(ctx context.Context, cfg *Config, types []string) (replaye
 		}
 		seen[msg.UUID] = true
 		replayed = append(replayed, msg)
-		return Browse{Republish: et, Remove: true}, nil
+		return Browse{Republish: &Route{Exchange: c.Exchange, Key: et}, Remove: true}, nil
 	})
 	return replayed, back, err
 }

@@ -56,7 +56,7 @@ type deadLetterFlags struct {
 func addDeadLetterFlags(fs *flag.FlagSet) deadLetterFlags {
 	f := deadLetterFlags{
 		group:     fs.String("group", "", "the consumer group (required)"),
-		exchange:  fs.String("exchange", rabbitmq.DefaultExchange, "the event exchange replays go to (or BENTO_EXCHANGE)"),
+		exchange:  fs.String("exchange", rabbitmq.DefaultExchange, "the group's event exchange (or BENTO_EXCHANGE); a replay reaches only the group"),
 		eventType: fs.String("event-type", "", "only this event type"),
 		aggregate: fs.String("aggregate", "", "only this aggregate: TYPE or TYPE/ID"),
 		cause:     fs.String("cause", "", "only this cause: decode, permanent, failed, gap or poison"),
@@ -229,7 +229,7 @@ func (c *cli) consumerDeadAct(ctx context.Context, verb string, args []string) e
 		fmt.Fprintf(c.stdout, "would %s %d %s (dry run: nothing changed)\n", verb, len(dead), what)
 		return nil
 	}
-	question := fmt.Sprintf("replay %d %s? They go back to the group (and to every group bound to their event type; the inbox skips what was applied).", len(dead), what)
+	question := fmt.Sprintf("replay %d %s? They go back to this group only (its inbox skips what it applied).", len(dead), what)
 	if verb == "discard" {
 		question = fmt.Sprintf("discard %d %s? They are deleted for good.", len(dead), what)
 	}
