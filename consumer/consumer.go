@@ -83,8 +83,18 @@ func newConsumer(db *gorm.DB, newSub SubscriberFactory, dead message.Publisher, 
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	in, err := inbox.New(db, &inbox.Config{Consumer: c.Group, TxOptions: c.TxOptions, Logger: c.Logger, Registerer: c.Registerer,
-		TracerProvider: c.TracerProvider, Propagator: c.Propagator, System: system, Versions: c.Versions})
+	var mem *members
+	if c.Partitions > 0 {
+		if mem, err = newMembers(db, c.Group, c.Partitions); err != nil {
+			return nil, err
+		}
+	}
+	icfg := &inbox.Config{Consumer: c.Group, TxOptions: c.TxOptions, Logger: c.Logger, Registerer: c.Registerer,
+		TracerProvider: c.TracerProvider, Propagator: c.Propagator, System: system, Versions: c.Versions}
+	if mem != nil {
+		icfg.BeginTx, icfg.BeforeCommit = mem.guards(c.TakeoverTime, c.Logger)
+	}
+	in, err := inbox.New(db, icfg)
 	if errors.Is(err, inbox.ErrNotMigrated) {
 		return nil, fmt.Errorf("consumer %s: %w", c.Group, err)
 	}
@@ -97,12 +107,6 @@ func newConsumer(db *gorm.DB, newSub SubscriberFactory, dead message.Publisher, 
 	}
 	dead = countingPublisher{Publisher: dead, dead: m.deadLettered}
 	m.partitionCount.Set(float64(max(c.Partitions, 0)))
-	var mem *members
-	if c.Partitions > 0 {
-		if mem, err = newMembers(db, c.Group, c.Partitions); err != nil {
-			return nil, err
-		}
-	}
 	return &Consumer{
 		cfg: c, inbox: in, newSub: newSub, dead: dead, deadTopic: deadTopic, members: mem,
 		breaker: newBreaker(c.RetryInitialInterval, c.RetryMaxInterval), metrics: m,
@@ -201,7 +205,9 @@ func NewAMQP(ctx context.Context, db *gorm.DB, amqpCfg *rabbitmq.Config, cfg *Co
 		if cfg.Partitions > 0 {
 			spec := PartitionSpec(amqpCfg.ExchangeName(), cfg)
 			spec.Patterns, spec.Prefetch = patterns, cfg.BatchSize
-			return rabbitmq.NewPartitionSubscriber(ctx, amqpCfg, spec)
+			subCfg := conf.Value(amqpCfg)
+			subCfg.Heartbeat = partitionHeartbeat(amqpCfg, cfg.TakeoverTime)
+			return rabbitmq.NewPartitionSubscriber(ctx, &subCfg, spec)
 		}
 		return rabbitmq.NewSubscriber(ctx, amqpCfg, cfg.Group, patterns...)
 	}
@@ -214,6 +220,18 @@ func NewAMQP(ctx context.Context, db *gorm.DB, amqpCfg *rabbitmq.Config, cfg *Co
 	deadQueue := DeadLetterQueue(cfg.Group)
 	c.deadDepth = func(ctx context.Context) (int, error) { return rabbitmq.QueueDepth(ctx, amqpCfg, deadQueue) }
 	return c, nil
+}
+
+// partitionHeartbeat is the AMQP heartbeat of the partition subscriptions:
+// amqpCfg's, at most half of TakeoverTime (in whole seconds, at least one),
+// so that the broker drops the link of an instance that froze, and hands
+// its partitions on, within TakeoverTime.
+func partitionHeartbeat(amqpCfg *rabbitmq.Config, takeover time.Duration) time.Duration {
+	h := rabbitmq.DefaultHeartbeat
+	if amqpCfg != nil && amqpCfg.Heartbeat != 0 {
+		h = amqpCfg.Heartbeat
+	}
+	return max(min(h, takeover/2).Truncate(time.Second), time.Second)
 }
 
 // PartitionSpec returns the partition queues of the consumer group cfg

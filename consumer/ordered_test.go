@@ -58,6 +58,8 @@ const (
 	// envWorkerDelay, a duration, makes the handler wait that long per
 	// message, so that a batch takes long enough to be killed in.
 	envWorkerDelay = "BENTO_CONSUMER_TEST_DELAY"
+	// envWorkerTakeover, a duration, replaces orderTakeover.
+	envWorkerTakeover = "BENTO_CONSUMER_TEST_TAKEOVER"
 )
 
 const (
@@ -89,6 +91,9 @@ func orderWorker(name string) error {
 	cfg := consumer.DefaultConfig(os.Getenv(envWorkerGroup))
 	cfg.Partitions, cfg.PartitionConcurrency, cfg.TakeoverTime = orderPartitions, orderConcurrency, orderTakeover
 	cfg.CloseTimeout = 5 * time.Second
+	if d, err := time.ParseDuration(os.Getenv(envWorkerTakeover)); err == nil {
+		cfg.TakeoverTime = d
+	}
 	cfg.Logger = log
 	c, err := consumer.NewAMQP(context.Background(), db,
 		&rabbitmq.Config{URL: os.Getenv(envWorkerAMQP), Exchange: os.Getenv(envWorkerEx), Logger: log}, cfg)

@@ -103,7 +103,8 @@ func (c *Consumer) applyParked(ctx context.Context, p *inbox.Parked) bool {
 			c.unhold(ctx, msg)
 		}
 		return true
-	case ctx.Err() != nil, errors.Is(err, inbox.ErrHeld), errors.Is(err, inbox.ErrGap), dberr.IsTransient(err):
+	case ctx.Err() != nil, errors.Is(err, inbox.ErrHeld), errors.Is(err, inbox.ErrGap), errors.Is(err, ErrFenced),
+		dberr.IsTransient(err):
 		return false // not yet, or not now
 	}
 	cause := ""
