@@ -113,10 +113,32 @@ type Config struct {
 	// DeliveryLimit. Defaults to DefaultMaxCrashes (3).
 	MaxCrashes int
 	// TakeoverTime bounds how long the partitions of an instance that died
-	// stay without a consumer: each instance renews its membership every
-	// quarter of it and is forgotten three quarters after its last renewal.
-	// An instance that cannot reach the database for that long releases its
-	// partitions. Defaults to DefaultTakeoverTime (10s).
+	// or froze stay without a consumer: each instance renews its
+	// membership every quarter of it, each renewal bounded by an eighth of
+	// it, and is forgotten three quarters after its last renewal. An
+	// instance that cannot reach the database for that long releases its
+	// partitions, abandoning the messages in hand. It also sets, with
+	// Partitions:
+	//   - on PostgreSQL, the lock_timeout and
+	//     idle_in_transaction_session_timeout of every transaction the
+	//     consumer applies messages in: half of it (5s by default), so
+	//     that a stopped instance's transactions, and their locks on the
+	//     inbox records of its messages, end before its peers take its
+	//     partitions over. A handler that pauses longer than that between
+	//     two statements of its transaction (a slow call made inside it)
+	//     has its transaction ended by the server and fails; raise
+	//     TakeoverTime for such handlers;
+	//   - the fence: each transaction commits only if this instance's
+	//     membership is still live on the database's clock and is the one
+	//     its partition was assigned under, else it is rolled back with
+	//     ErrFenced and its messages are given back;
+	//   - on RabbitMQ, the AMQP heartbeat of the partition subscriptions:
+	//     at most half of it but not below 5s (shorter heartbeats are
+	//     missed by loaded hosts, dropping healthy links) unless
+	//     rabbitmq.Config.Heartbeat is lower, so that the broker drops a
+	//     frozen instance's link, and hands its partitions on, within
+	//     about TakeoverTime (10s by default).
+	// Defaults to DefaultTakeoverTime (10s).
 	TakeoverTime time.Duration
 	// DisableHoldBack turns off hold-back, which, with Partitions, keeps an
 	// aggregate's events in order past a dead letter or a gap. The first

@@ -87,8 +87,18 @@ func newConsumer(db *gorm.DB, newSub SubscriberFactory, dead message.Publisher, 
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	in, err := inbox.New(db, &inbox.Config{Consumer: c.Group, TxOptions: c.TxOptions, Logger: c.Logger, Registerer: c.Registerer,
-		TracerProvider: c.TracerProvider, Propagator: c.Propagator, System: system, Versions: c.Versions})
+	var mem *members
+	if c.Partitions > 0 {
+		if mem, err = newMembers(db, c.Group, c.Partitions); err != nil {
+			return nil, err
+		}
+	}
+	icfg := &inbox.Config{Consumer: c.Group, TxOptions: c.TxOptions, Logger: c.Logger, Registerer: c.Registerer,
+		TracerProvider: c.TracerProvider, Propagator: c.Propagator, System: system, Versions: c.Versions}
+	if mem != nil {
+		icfg.BeginTx, icfg.BeforeCommit = mem.guards(c.TakeoverTime, c.Logger)
+	}
+	in, err := inbox.New(db, icfg)
 	if errors.Is(err, inbox.ErrNotMigrated) {
 		return nil, fmt.Errorf("consumer %s: %w", c.Group, err)
 	}
@@ -104,12 +114,6 @@ func newConsumer(db *gorm.DB, newSub SubscriberFactory, dead message.Publisher, 
 	var ledger *crashLedger
 	if c.MaxCrashes > 0 {
 		ledger = newCrashLedger(db, c.Group)
-	}
-	var mem *members
-	if c.Partitions > 0 {
-		if mem, err = newMembers(db, c.Group, c.Partitions); err != nil {
-			return nil, err
-		}
 	}
 	return &Consumer{
 		cfg: c, db: db, inbox: in, newSub: newSub, dead: dead, deadTopic: deadTopic, members: mem,
@@ -209,7 +213,9 @@ func NewAMQP(ctx context.Context, db *gorm.DB, amqpCfg *rabbitmq.Config, cfg *Co
 		if cfg.Partitions > 0 {
 			spec := PartitionSpec(amqpCfg.ExchangeName(), cfg)
 			spec.Patterns, spec.Prefetch = patterns, cfg.BatchSize
-			return rabbitmq.NewPartitionSubscriber(ctx, amqpCfg, spec)
+			subCfg := conf.Value(amqpCfg)
+			subCfg.Heartbeat = partitionHeartbeat(amqpCfg, cfg.TakeoverTime)
+			return rabbitmq.NewPartitionSubscriber(ctx, &subCfg, spec)
 		}
 		return rabbitmq.NewSubscriber(ctx, amqpCfg, cfg.Group, patterns...)
 	}
@@ -222,6 +228,24 @@ func NewAMQP(ctx context.Context, db *gorm.DB, amqpCfg *rabbitmq.Config, cfg *Co
 	deadQueue := DeadLetterQueue(cfg.Group)
 	c.deadDepth = func(ctx context.Context) (int, error) { return rabbitmq.QueueDepth(ctx, amqpCfg, deadQueue) }
 	return c, nil
+}
+
+// minPartitionHeartbeat bounds how short partitionHeartbeat makes the
+// heartbeat on its own: on a loaded host, shorter ones are missed and
+// healthy links dropped, each drop a give-back of every partition.
+const minPartitionHeartbeat = 5 * time.Second
+
+// partitionHeartbeat is the AMQP heartbeat of the partition subscriptions:
+// amqpCfg's, at most half of TakeoverTime but not below
+// minPartitionHeartbeat unless amqpCfg's is (in whole seconds, at least
+// one), so that the broker drops the link of an instance that froze, and
+// hands its partitions on, about when its membership expires.
+func partitionHeartbeat(amqpCfg *rabbitmq.Config, takeover time.Duration) time.Duration {
+	h := rabbitmq.DefaultHeartbeat
+	if amqpCfg != nil && amqpCfg.Heartbeat != 0 {
+		h = amqpCfg.Heartbeat
+	}
+	return max(min(h, max(takeover/2, minPartitionHeartbeat)).Truncate(time.Second), time.Second)
 }
 
 // PartitionSpec returns the partition queues of the consumer group cfg

@@ -33,6 +33,13 @@ var (
 	// ErrNotRunning is Health's answer before Run has subscribed and after
 	// it returned.
 	ErrNotRunning = errors.New("consumer: not running")
+	// ErrFenced is the failure of a transaction that a partitioned
+	// consumer refused to commit because this instance's membership of its
+	// group had ended (expired on the database's clock, or lapsed and begun
+	// again since the transaction's partition was assigned): its partitions
+	// may be another instance's by now. The messages are given back to
+	// their queue, not applied, and count as no attempt.
+	ErrFenced = errors.New("consumer: fenced: this instance's membership of the group ended")
 	// ErrMembershipLapsed is Health's answer while a partitioned consumer
 	// cannot renew its membership (the database is unreachable) and has
 	// released its partitions.

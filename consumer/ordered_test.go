@@ -65,6 +65,8 @@ const (
 	// envWorkerLimits, "DeliveryLimit,MaxCrashes", sets those two fields of
 	// the worker's consumer.
 	envWorkerLimits = "BENTO_CONSUMER_TEST_LIMITS"
+	// envWorkerTakeover, a duration, replaces orderTakeover.
+	envWorkerTakeover = "BENTO_CONSUMER_TEST_TAKEOVER"
 )
 
 const (
@@ -100,6 +102,9 @@ func orderWorker(name string) error {
 		if _, err := fmt.Sscanf(l, "%d,%d", &cfg.DeliveryLimit, &cfg.MaxCrashes); err != nil {
 			return fmt.Errorf("%s: %w", envWorkerLimits, err)
 		}
+	}
+	if d, err := time.ParseDuration(os.Getenv(envWorkerTakeover)); err == nil {
+		cfg.TakeoverTime = d
 	}
 	cfg.Logger = log
 	c, err := consumer.NewAMQP(context.Background(), db,

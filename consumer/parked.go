@@ -135,7 +135,8 @@ func (c *Consumer) applyParked(ctx context.Context, p *inbox.Parked) bool {
 			c.unhold(ctx, msg)
 		}
 		return true
-	case ctx.Err() != nil, errors.Is(err, inbox.ErrHeld), errors.Is(err, inbox.ErrGap), c.classify(ctx, err) != failed:
+	case ctx.Err() != nil, errors.Is(err, inbox.ErrHeld), errors.Is(err, inbox.ErrGap), errors.Is(err, ErrFenced),
+		c.classify(ctx, err) != failed:
 		return false // not yet, or not now
 	}
 	cause := ""

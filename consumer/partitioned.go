@@ -38,8 +38,8 @@ type partitionWorker struct {
 // handles the partitions dealt to this instance, and follows the membership
 // as instances come and go, until ctx ends.
 func (c *Consumer) runPartitioned(ctx context.Context, handle message.HandlerFunc, patterns []string) error {
-	ttl, every := c.cfg.TakeoverTime*3/4, c.cfg.TakeoverTime/4
-	owned, err := c.members.beat(ctx, ttl.Milliseconds())
+	ttl, every, timeout := c.cfg.TakeoverTime*3/4, c.cfg.TakeoverTime/4, beatTimeout(c.cfg.TakeoverTime)
+	owned, err := c.members.beat(ctx, ttl.Milliseconds(), timeout)
 	switch {
 	case ctx.Err() != nil:
 		return nil // stopped before it started
@@ -84,7 +84,7 @@ func (c *Consumer) runPartitioned(ctx context.Context, handle message.HandlerFun
 			return nil
 		case <-tick.C:
 		}
-		owned, err := c.members.beat(ctx, ttl.Milliseconds())
+		owned, err := c.members.beat(ctx, ttl.Milliseconds(), timeout)
 		switch {
 		case ctx.Err() != nil:
 			return nil
@@ -104,6 +104,9 @@ func (c *Consumer) runPartitioned(ctx context.Context, handle message.HandlerFun
 			}
 			c.lapsed.Store(true)
 			owned = nil
+			// Their commits would be fenced: give their messages back
+			// now, so that a peer can have them.
+			r.abandonAll()
 		default:
 			lastBeat = time.Now()
 			c.lapsed.Store(false)
@@ -165,6 +168,14 @@ func (r *partitionRun) release(p int) {
 	}()
 }
 
+// abandonAll makes every worker abandon the message in hand, to be
+// redelivered.
+func (r *partitionRun) abandonAll() {
+	for _, w := range r.workers {
+		w.cancel()
+	}
+}
+
 // stopAll releases every partition and waits for the workers.
 func (r *partitionRun) stopAll() {
 	for p := range r.workers {
@@ -174,10 +185,11 @@ func (r *partitionRun) stopAll() {
 }
 
 // start subscribes to partition p, before it returns (so that Running
-// means subscribed), and handles its messages in order in a goroutine. A
-// failed subscription is logged and tried again at the next heartbeat.
+// means subscribed), and handles its messages in order in a goroutine,
+// committing them under the current membership only. A failed
+// subscription is logged and tried again at the next heartbeat.
 func (r *partitionRun) start(p int) {
-	ctx, cancel := context.WithCancel(r.base)
+	ctx, cancel := context.WithCancel(withMembership(r.base, r.c.members.gen.Load()))
 	queue := messaging.PartitionQueue(r.c.cfg.Group, p)
 	msgs, err := r.sub.Subscribe(ctx, queue)
 	if err != nil {

@@ -69,6 +69,10 @@ func (c *Consumer) retry(h message.HandlerFunc) message.HandlerFunc {
 			if ctx.Err() != nil || errors.Is(err, context.Canceled) {
 				return nil, err
 			}
+			if errors.Is(err, ErrFenced) {
+				// Not this instance's to apply any more: back to its queue.
+				return nil, fmt.Errorf("consumer: %w (%w)", context.Canceled, err)
+			}
 			if reason := parkReason(err); holds && reason != "" {
 				// Out of order: park it, and let its partition move on.
 				perr := c.park(ctx, msg, reason, err)

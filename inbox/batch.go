@@ -134,6 +134,11 @@ func (in *Inbox) apply(ctx context.Context, es []*entry, h message.HandlerFunc) 
 	owned := uow.Own(begun)
 	defer owned.Rollback() // after Commit, nothing
 	tx := owned.Tx()
+	if in.cfg.BeginTx != nil {
+		if err := in.cfg.BeginTx(tx); err != nil {
+			return 0, nil, wrapDB("begin", err)
+		}
+	}
 	fresh, err := in.record(tx, es)
 	if err != nil {
 		return 0, nil, err
@@ -201,6 +206,11 @@ func (in *Inbox) apply(ctx context.Context, es []*entry, h message.HandlerFunc) 
 	}
 	if err := in.finish(tx, unrecord, moved); err != nil {
 		return 0, nil, err
+	}
+	if in.cfg.BeforeCommit != nil {
+		if err := in.cfg.BeforeCommit(tx); err != nil {
+			return 0, nil, wrapDB("before commit", err)
+		}
 	}
 	if err := owned.Commit(); err != nil { // then the AfterCommit hooks of the handlers' units
 		return 0, nil, wrapDB("commit", err)

@@ -129,6 +129,16 @@ type Config struct {
 	// aggregate versions of the messages: see Versions. Defaults to
 	// VersionsIgnored.
 	Versions Versions
+	// BeginTx, when set, runs first in each transaction the inbox begins
+	// to apply messages (Middleware, ApplyBatch), on that transaction: for
+	// settings such as PostgreSQL's SET LOCAL timeouts. Its error fails the
+	// attempt, as a failed begin does. Defaults to none.
+	BeginTx func(tx *gorm.DB) error
+	// BeforeCommit, when set, runs last in each such transaction that has
+	// something to commit, just before the commit: its error rolls the
+	// transaction back and is returned with nothing settled, as a failed
+	// commit is. Defaults to none.
+	BeforeCommit func(tx *gorm.DB) error
 }
 
 // Versions is a consumer's policy for the aggregate versions of the

@@ -32,6 +32,8 @@ const (
 	// DefaultDeliveryLimit is PartitionSpec.DeliveryLimit's default: a
 	// far-off backstop, since every give-back of a message counts.
 	DefaultDeliveryLimit = 500
+	// DefaultHeartbeat is Config.Heartbeat's default, amqp091's.
+	DefaultHeartbeat = 10 * time.Second
 )
 
 // setupTimeout bounds the topology declaration done by the constructors.
@@ -60,6 +62,15 @@ type Config struct {
 	// each subscription (AMQP basic.qos), at most 65535. Defaults to
 	// DefaultPrefetchCount (32).
 	PrefetchCount int
+	// Heartbeat is the AMQP heartbeat timeout the connections propose to
+	// the broker, in whole seconds (rounded down), at least 1s: the
+	// shorter of it and the broker's own (RabbitMQ's heartbeat setting,
+	// 60s by default) is used, and a link that stays silent for about that
+	// long (a process stopped or frozen, a network that drops packets) is
+	// closed by the broker, which gives the messages it held unacked to
+	// other consumers, and by the client. A heartbeat parameter in URL
+	// takes precedence. Defaults to DefaultHeartbeat (10s).
+	Heartbeat time.Duration
 	// Logger receives the logs of watermill-amqp and of ConfirmPublisher.
 	// Defaults to slog.Default().
 	Logger *slog.Logger
@@ -80,6 +91,9 @@ func (c *Config) resolve() (*Config, error) {
 	}
 	if r.PrefetchCount == 0 {
 		r.PrefetchCount = DefaultPrefetchCount
+	}
+	if r.Heartbeat == 0 {
+		r.Heartbeat = DefaultHeartbeat
 	}
 	if r.Logger == nil {
 		r.Logger = slog.Default()
@@ -119,6 +133,9 @@ func (c *Config) validate() error {
 	if c.PrefetchCount < 0 || c.PrefetchCount > 65535 {
 		bad("PrefetchCount", fmt.Sprintf("%d is outside 0..65535", c.PrefetchCount))
 	}
+	if c.Heartbeat < time.Second {
+		bad("Heartbeat", fmt.Sprintf("%v is below 1s", c.Heartbeat))
+	}
 	return errors.Join(errs...)
 }
 
@@ -148,7 +165,7 @@ func checkURL(s string) string {
 func (c *Config) wamqpConfig(b topologyBuilder) wamqp.Config {
 	exchange := c.Exchange
 	return wamqp.Config{
-		Connection: wamqp.ConnectionConfig{AmqpURI: c.URL},
+		Connection: wamqp.ConnectionConfig{AmqpURI: c.URL, AmqpConfig: &amqp.Config{Heartbeat: c.Heartbeat, Locale: "en_US"}},
 		Marshaler:  marshaler{},
 		Exchange: wamqp.ExchangeConfig{
 			GenerateName: func(string) string { return exchange },
@@ -260,8 +277,8 @@ func NewPublisher(ctx context.Context, cfg *Config) (*Publisher, error) {
 //
 // Publish takes no context and sets no deadline of its own. On a link that
 // stops answering without closing, it fails once amqp091's heartbeat check
-// gives up on the connection, about 15 seconds after the broker last sent
-// anything; while the broker blocks publishers (connection.blocked, under a
+// gives up on the connection, about one and a half Config.Heartbeat (15
+// seconds by default) after the broker last sent anything; while the broker blocks publishers (connection.blocked, under a
 // memory or disk alarm) it waits until they are unblocked, however long
 // that takes. The projector stops waiting at its PublishTimeout and lets
 // the call finish in the background. [ConfirmPublisher.PublishBatch] is
@@ -283,7 +300,7 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 
 // Close waits for the Publish calls in progress and closes the connection.
 // It is idempotent. Like Publish it has no deadline: on a link that stopped
-// answering it returns after about 15 seconds (the heartbeat check), and
+// answering it returns after the heartbeat check (see Publish), and
 // while the broker blocks publishers, once it unblocks them.
 func (p *Publisher) Close() error {
 	return p.guard.Close(func() error {

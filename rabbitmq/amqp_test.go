@@ -421,8 +421,9 @@ func TestAMQPConfigValidation(t *testing.T) {
 		Exchange:        "amq.topic",
 		ChannelPoolSize: -1,
 		PrefetchCount:   -1,
+		Heartbeat:       500 * time.Millisecond,
 	}
-	fields := []string{"URL", "Exchange", "ChannelPoolSize", "PrefetchCount"}
+	fields := []string{"URL", "Exchange", "ChannelPoolSize", "PrefetchCount", "Heartbeat"}
 	check := func(t *testing.T, err error, fields ...string) {
 		t.Helper()
 		require.ErrorIs(t, err, rabbitmq.ErrInvalidConfig)
@@ -475,6 +476,7 @@ func TestAMQPConfigDefaults(t *testing.T) {
 	assert.Equal(t, "bento.events", c.Exchange)
 	assert.Equal(t, 16, c.ChannelPoolSize)
 	assert.Equal(t, 32, c.PrefetchCount)
+	assert.Equal(t, 10*time.Second, c.Heartbeat)
 	assert.NotNil(t, c.Logger)
 	assert.Equal(t, "bento.events", (&rabbitmq.Config{}).ExchangeName())
 	assert.Equal(t, "bento.events", (*rabbitmq.Config)(nil).ExchangeName())

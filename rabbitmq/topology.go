@@ -84,7 +84,7 @@ func (c *Config) dialSocket(ctx context.Context) (*amqp.Connection, net.Conn, er
 	}
 	var sock net.Conn
 	conn, err := amqp.DialConfig(c.URL, amqp.Config{
-		Heartbeat: 10 * time.Second,
+		Heartbeat: c.Heartbeat,
 		Locale:    "en_US",
 		Dial: func(network, addr string) (net.Conn, error) {
 			dctx := ctx
