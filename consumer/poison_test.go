@@ -210,14 +210,14 @@ func TestBrokerLinkFlapsDeadLetterNothing(t *testing.T) {
 }
 
 // TestPartitionMovesDeadLetterNothing: two workers apply a backlog of 32
-// aggregates x 10 events (a 1 s handler) while the second one joins
-// and leaves the group 13 times, each time moving half the partitions
+// aggregates x 20 events (a 1 s handler) while the second one joins
+// and leaves the group 25 times, each time moving half the partitions
 // over and back. Each move gives back every message the partition's
 // subscription held; none of them failed, so nothing may be
 // dead-lettered, and every event is applied once, in order.
 func TestPartitionMovesDeadLetterNothing(t *testing.T) {
 	testenv.Stress(t)
-	const aggregates, events, moves = 32, 10, 13
+	const aggregates, events, moves = 32, 20, 25
 	b := newOrderedBed(t)
 	publishBacklog(t, b, aggregates, events)
 	w := b.workers(t, b.dsn, envWorkerDelay+"=1s")

@@ -221,9 +221,11 @@ func declarePartitionQueue(ch *amqp.Channel, hx, queue string, args amqp.Table) 
 // default), handed out in queue order. Acks are sent in that order too: a
 // message acked before the ones ahead of it waits for them, and the
 // messages acked by then are acknowledged with one ack (multiple). A Nack
-// of the oldest message in hand gives it and every later one in hand back
-// to the head of the queue, in order (one nack, multiple); a Nack of a later
-// one waits for the ones ahead of it.
+// of the oldest message in hand ends the subscription, as the end of ctx
+// does, giving it and every later one in hand back to the head of the
+// queue, in order; a Nack of a later one waits for the ones ahead of it.
+// (It does not nack them: RabbitMQ 3.10's quorum queues requeue more than
+// 32 messages nacked at once in no particular order.)
 // With a single active consumer per queue, a second subscription to a
 // partition, here or in another process, waits until the first one ends,
 // then receives the partition's messages, unacked ones first.
@@ -231,7 +233,7 @@ func declarePartitionQueue(ch *amqp.Channel, hx, queue string, args amqp.Table) 
 // When ctx ends, the subscription stops: it cancels its consumer and closes
 // its channel, which gives the messages in hand back to the head of the
 // queue, in order (acks that come first still count; a Nack after ctx
-// ended is the same give-back). It never nacks on its own: on a quorum
+// ended is the same give-back). It never nacks at all: on a quorum
 // queue each give-back counts one delivery toward the delivery limit, and
 // a consumer that stops costs the messages at the head of its partition at
 // most one. The subscription's channel closes when ctx ends, the
@@ -382,24 +384,12 @@ func consumePartition(ctx context.Context, deliveries <-chan amqp.Delivery, out 
 				return
 			}
 		case <-nacked:
-			if ctx.Err() != nil {
-				return // the same give-back as closing the channel
-			}
-			// Give back the nacked message and every later one in hand,
-			// in order: one nack, multiple.
-			last := window[len(window)-1].d
-			if next != nil {
-				last = next.d
-				next.cancel()
-				next = nil
-			}
-			for _, h := range window {
-				h.cancel()
-			}
-			window = nil
-			if err := last.Nack(true, true); err != nil {
-				return
-			}
+			// Give back the nacked message and every later one in hand by
+			// closing the channel, which returns them to the head of the
+			// queue in order. A nack (multiple) would not: RabbitMQ 3.10's
+			// quorum queues requeue more than 32 messages nacked at once
+			// in no particular order.
+			return
 		}
 	}
 }

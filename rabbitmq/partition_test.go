@@ -195,3 +195,54 @@ func (r *rabbit) partitions(suffix string, n int) rabbitmq.PartitionSpec {
 	})
 	return rabbitmq.PartitionSpec{Group: group, Count: n, Patterns: []string{"order.*"}, DeliveryLimit: 20, DeadKey: dead}
 }
+
+// TestAMQPPartitionNackGivesBackInOrder: a subscription holding 100
+// messages of a quorum partition nacks the first: all 100 come back, in
+// their order. (A nack of them all at once, multiple, made RabbitMQ 3.10
+// requeue them shuffled.)
+func TestAMQPPartitionNackGivesBackInOrder(t *testing.T) {
+	t.Parallel()
+	r := setupRabbit(t)
+	spec := r.partitions("billing", 1)
+	spec.Prefetch = 100
+	sub, err := rabbitmq.NewPartitionSubscriber(ctxTimeout(t), r.cfg, spec)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	pub := r.publisher()
+	var want []string
+	for i := range 100 {
+		m := buscheck.AggMsg("a", i)
+		want = append(want, m.UUID)
+		require.NoError(t, pub.Publish("order.placed", m))
+	}
+	queue := messaging.PartitionQueue(spec.Group, 0)
+	ch, err := sub.Subscribe(t.Context(), queue)
+	require.NoError(t, err)
+	// receive returns the next n messages, from a new subscription when a
+	// give-back ended this one.
+	receive := func(n int) []*message.Message {
+		var ms []*message.Message
+		for len(ms) < n {
+			select {
+			case m, ok := <-ch:
+				if !ok {
+					ch, err = sub.Subscribe(t.Context(), queue)
+					require.NoError(t, err)
+					continue
+				}
+				ms = append(ms, m)
+			case <-time.After(buscheck.WaitFor):
+				t.Fatalf("%d of %d messages arrived", len(ms), n)
+			}
+		}
+		return ms
+	}
+	held := receive(100)
+	held[0].Nack()
+	var got []string
+	for _, m := range receive(100) {
+		got = append(got, m.UUID)
+		m.Ack()
+	}
+	assert.Equal(t, want, got, "given back in their order")
+}
