@@ -253,9 +253,7 @@ func (c *Consumer) crashed(ctx context.Context, msg *message.Message, crashes in
 	}
 	err := fmt.Errorf("%w: %d attempts died, %d deliveries (MaxCrashes %d, DeliveryLimit %d)",
 		ErrCrashed, crashes, deliveryCount(msg), c.cfg.MaxCrashes, c.cfg.DeliveryLimit)
-	markDead(msg, CausePoison, crashes)
+	c.markDead(msg, CausePoison, crashes, err)
 	c.crashes.settle(ctx, ids, nil)
-	c.cfg.Logger.Error("consumer: dead letter: poison", "group", c.cfg.Group, "message_id", msg.UUID,
-		"cause", CausePoison, "err", err)
 	return nil, err
 }

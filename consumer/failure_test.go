@@ -3,8 +3,10 @@ package consumer_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -96,5 +98,66 @@ func TestTransientMarksAHandlerFailureThatPasses(t *testing.T) {
 		assert.Empty(t, s.peekDead(t), "nothing dead-lettered")
 		assert.True(t, consumer.IsTransient(consumer.Transient(errors.New("x"))))
 		assert.False(t, consumer.IsTransient(errors.New("x")))
+	})
+}
+
+// recorder is a slog handler that keeps the records at Warn and above.
+type recorder struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+func (r *recorder) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (r *recorder) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.records = append(r.records, rec.Clone())
+	return nil
+}
+func (r *recorder) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *recorder) WithGroup(string) slog.Handler      { return r }
+
+// find returns the attributes of the first record with message msg.
+func (r *recorder) find(msg string) (map[string]string, slog.Level, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rec := range r.records {
+		if rec.Message == msg {
+			attrs := map[string]string{}
+			rec.Attrs(func(a slog.Attr) bool { attrs[a.Key] = a.Value.String(); return true })
+			return attrs, rec.Level, true
+		}
+	}
+	return nil, 0, false
+}
+
+// TestEveryDeadLetterIsLogged: a message its handler refuses with
+// consumer.Permanent is dead-lettered with a Warn line naming the group,
+// the event, its type and aggregate, the cause and the error. (It used to
+// be dead-lettered without a word.)
+func TestEveryDeadLetterIsLogged(t *testing.T) {
+	forEachHarness(t, func(t *testing.T, h *harness) {
+		s := newSuite(t, h)
+		cfg := s.config()
+		logs := &recorder{}
+		cfg.Logger = slog.New(logs)
+		c := s.newConsumer(t, cfg)
+		require.NoError(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e OrderPlaced, env *messaging.Envelope) error {
+			return consumer.Permanent(errors.New("card number malformed"))
+		}))
+		run(t, c)
+		msg := eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: "o1"}, nil)
+		s.publish(t, "order.placed", msg)
+		s.deadLetters(t, s.group, 1)
+		attrs, level, ok := logs.find("consumer: dead letter")
+		require.True(t, ok, "a log line for the dead letter")
+		assert.Equal(t, slog.LevelWarn, level)
+		assert.Equal(t, s.group, attrs["group"])
+		assert.Equal(t, msg.UUID, attrs["message_id"])
+		assert.Equal(t, "order.placed", attrs["event_type"])
+		assert.Equal(t, "order", attrs["aggregate_type"])
+		assert.Equal(t, "o-1", attrs["aggregate_id"])
+		assert.Equal(t, consumer.CausePermanent, attrs["cause"])
+		assert.Contains(t, attrs["err"], "card number malformed")
 	})
 }

@@ -164,14 +164,12 @@ func (c *Consumer) applyParked(ctx context.Context, p *inbox.Parked) bool {
 		return false
 	}
 	msg.Metadata.Set(MetaDeadReason, err.Error())
-	markDead(msg, cause, p.Attempts+1)
+	c.markDead(msg, cause, p.Attempts+1, err)
 	if perr := c.dead.Publish(c.deadTopic, msg); perr != nil {
 		c.cfg.Logger.Warn("consumer: cannot dead-letter a parked event; keeping it", "group", c.cfg.Group,
 			"message_id", p.MessageID, "err", perr)
 		return false
 	}
-	c.cfg.Logger.Error("consumer: parked event dead-lettered", "group", c.cfg.Group, "message_id", p.MessageID,
-		"cause", cause, "err", err)
 	if uerr := c.inbox.Unpark(ctx, p.MessageID); uerr != nil {
 		c.cfg.Logger.Warn("consumer: dead-lettered a parked event but cannot delete it", "group", c.cfg.Group,
 			"message_id", p.MessageID, "err", uerr)
@@ -199,10 +197,11 @@ func (c *Consumer) sweep(ctx context.Context, partitions []int) {
 		}
 		for _, p := range expired {
 			c.metrics.deadLettered.WithLabelValues(CauseGap).Inc()
-			c.cfg.Logger.Error("consumer: dead letter: an event waited for its predecessor longer than GapTimeout; "+
+			c.cfg.Logger.Warn("consumer: dead letter: an event waited for its predecessor longer than GapTimeout; "+
 				"it stays parked and is applied if the predecessor arrives, or after Release",
-				"group", c.cfg.Group, "message_id", p.MessageID, "cause", CauseGap, "aggregate_type", p.AggregateType,
-				"aggregate_id", p.AggregateID, "version", p.Version, "gap_timeout", c.cfg.GapTimeout)
+				"group", c.cfg.Group, "message_id", p.MessageID, "event_type", p.Metadata.Get(messaging.MetaEventType),
+				"tenant_id", p.TenantID, "aggregate_type", p.AggregateType, "aggregate_id", p.AggregateID,
+				"version", p.Version, "cause", CauseGap, "gap_timeout", c.cfg.GapTimeout)
 		}
 	}
 	// Page on from where the previous sweep stopped, wrapping around at

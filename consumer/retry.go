@@ -112,9 +112,7 @@ func (c *Consumer) retry(h message.HandlerFunc) message.HandlerFunc {
 				}
 			}
 			if cause != "" {
-				markDead(msg, cause, max(failures, 1))
-				c.cfg.Logger.Warn("consumer: dead letter", "group", c.cfg.Group, "message_id", msg.UUID,
-					"cause", cause, "attempts", max(failures, 1), "err", err)
+				c.markDead(msg, cause, max(failures, 1), err)
 				return nil, err
 			}
 			jittered := delay/2 + rand.N(delay/2+1)
@@ -148,12 +146,18 @@ func (c *Consumer) leaveBreaker(ctx context.Context, probe bool, err error, cl c
 	}
 }
 
-// markDead stamps msg as a dead letter: its cause, when, and after how many
-// attempts.
-func markDead(msg *message.Message, cause string, attempts int) {
+// markDead stamps msg as a dead letter, its cause, when, and after how
+// many attempts, and logs it at Warn level with what an operator needs to
+// find it: every dead letter the consumer makes passes here.
+func (c *Consumer) markDead(msg *message.Message, cause string, attempts int, err error) {
 	msg.Metadata.Set(MetaDeadCause, cause)
 	msg.Metadata.Set(MetaDeadAt, time.Now().UTC().Format(time.RFC3339Nano))
 	msg.Metadata.Set(MetaDeadAttempts, strconv.Itoa(attempts))
+	md := msg.Metadata
+	c.cfg.Logger.Warn("consumer: dead letter", "group", c.cfg.Group, "message_id", msg.UUID,
+		"event_type", md.Get(messaging.MetaEventType), "tenant_id", md.Get(messaging.MetaTenantID),
+		"aggregate_type", md.Get(messaging.MetaAggregateType), "aggregate_id", md.Get(messaging.MetaAggregateID),
+		"version", md.Get(messaging.MetaAggregateVersion), "cause", cause, "attempts", attempts, "err", err)
 }
 
 // attempt runs h on msg once, within HandlerTimeout when there is one: the
