@@ -81,6 +81,9 @@ func TestMemoryBusPartitionsConform(t *testing.T) {
 type wholeGroup struct {
 	sub message.Subscriber // Subscribe(ctx, queue) consumes one partition queue
 	n   int
+	// again subscribes a partition again when its subscription ends while
+	// ctx lives: RabbitMQ's ends on a give-back (a Nack).
+	again bool
 }
 
 func (w *wholeGroup) Subscribe(ctx context.Context, group string) (<-chan *message.Message, error) {
@@ -103,11 +106,23 @@ func (w *wholeGroup) Subscribe(ctx context.Context, group string) (<-chan *messa
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for m := range in {
-				select {
-				case out <- m:
-				case <-ctx.Done():
-					m.Nack() // a reader that stopped reading gives it back
+			for {
+				for m := range in {
+					select {
+					case out <- m:
+					case <-ctx.Done():
+						m.Nack() // a reader that stopped reading gives it back
+					}
+				}
+				// A give-back (a Nack) ends a RabbitMQ partition
+				// subscription: subscribe again, as bento's consumer does,
+				// until the context ends or the subscriber is closed.
+				if !w.again || ctx.Err() != nil {
+					return
+				}
+				var err error
+				if in, err = w.sub.Subscribe(ctx, messaging.PartitionQueue(group, p)); err != nil {
+					return
 				}
 			}
 		}()
@@ -174,7 +189,7 @@ func rabbitMQ(kind amqpBus) bustest.Factory {
 			if err != nil {
 				return nil, err
 			}
-			return &wholeGroup{sub: sub, n: kind.partitions}, nil
+			return &wholeGroup{sub: sub, n: kind.partitions, again: true}, nil
 		}
 		return b
 	}
