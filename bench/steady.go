@@ -122,6 +122,42 @@ type steadyRun struct {
 	Unknown  int64     `json:"unknown_receipts,omitempty"`
 	// Relay is where bento's projector spent its time (warm-up included).
 	Relay *relayPhases `json:"relay_phases,omitempty"`
+	// Stalled is set when events committed in the window were not received
+	// in time: what held them back.
+	Stalled *stall `json:"stalled,omitempty"`
+}
+
+// stall is what a run found when some of its committed events were not
+// received: the transactions of the cluster that were open (with a
+// transaction id) since before the run and still are. A relay that reads
+// only below the oldest open transaction, such as watermill-sql's
+// subscriber, receives nothing committed after such a transaction began
+// until it ends.
+type stall struct {
+	Missing int `json:"missing"`
+	// OpenTransactions counts them; OldestSeconds is the age of the
+	// oldest.
+	OpenTransactions int     `json:"open_transactions"`
+	OldestSeconds    float64 `json:"oldest_open_seconds"`
+}
+
+// String describes s for the run's report line.
+func (s *stall) String() string {
+	if s.OpenTransactions == 0 {
+		return fmt.Sprintf("STALLED: %d events not received, no transaction open since before the run", s.Missing)
+	}
+	return fmt.Sprintf("STALLED: %d events not received, behind %d transaction(s) open since before the run (oldest %.0f s)",
+		s.Missing, s.OpenTransactions, s.OldestSeconds)
+}
+
+// openSince returns the stall of a run that started at t0 and missed
+// missing events.
+func openSince(ctx context.Context, db *gorm.DB, t0 time.Time, missing int) (*stall, error) {
+	s := &stall{Missing: missing}
+	err := db.WithContext(ctx).Raw(`SELECT count(*), coalesce(extract(epoch FROM now() - min(xact_start)), 0)
+		FROM pg_stat_activity WHERE backend_xid IS NOT NULL AND xact_start < ?`, t0).
+		Row().Scan(&s.OpenTransactions, &s.OldestSeconds)
+	return s, err
 }
 
 // summarizeTracker turns a tracker into a steadyRun over the measured
@@ -557,7 +593,13 @@ func measureRate(ctx context.Context, b *steadyBed, queue string, rate float64, 
 		}
 	}
 	waitReceived(ctx, tr, committed, 30*time.Second)
-	return summarizeTracker(tr, rate, start, start+cfg.Warmup, start+cfg.Warmup+cfg.Duration), ctx.Err()
+	r := summarizeTracker(tr, rate, start, start+cfg.Warmup, start+cfg.Warmup+cfg.Duration)
+	if missing := r.Committed - r.Received; missing > 0 && ctx.Err() == nil {
+		if r.Stalled, err = openSince(ctx, b.db, tr.t0, missing); err != nil {
+			return r, fmt.Errorf("find what held back %d events: %w", missing, err)
+		}
+	}
+	return r, ctx.Err()
 }
 
 // runSteadyBento measures bento at rate: units of work committing one
@@ -700,6 +742,9 @@ func runSteady(ctx context.Context, e *env, cfg steadyConfig, report func(string
 		res.Points = append(res.Points, steadyPoint{Key: key, Label: label, Family: family, steadyRun: r})
 		report(fmt.Sprintf("%-40s %6s/s offered, %6s/s achieved (commit p50 %.1f ms): p50 %7.2f ms, p95 %7.2f ms, p99 %7.2f ms (%d/%d received)",
 			label, thousands(r.Rate), thousands(r.Achieved), r.Commit.P50, r.Latency.P50, r.Latency.P95, r.Latency.P99, r.Received, r.Committed))
+		if r.Stalled != nil {
+			report("  " + r.Stalled.String())
+		}
 		if p := r.Relay; p != nil {
 			report(fmt.Sprintf("  relay: %d batches of %.1f rows; claim p50 %.2f ms p99 %.2f ms, publish+confirm p50 %.2f ms p99 %.2f ms, mark sent p50 %.2f ms p99 %.2f ms",
 				p.Batches, p.RowsPerBatch, p.Claim.P50, p.Claim.P99, p.Publish.P50, p.Publish.P99, p.MarkSent.P50, p.MarkSent.P99))

@@ -27,9 +27,11 @@ const maxLockTimeout = math.MaxInt32 * time.Millisecond
 // Config.StoredHeaders is empty. Never modified.
 var defaultStoredHeaders = []string{"Content-Type", "Location", "Content-Location", "ETag", "Last-Modified"}
 
-// Config configures a [Ledger]. A nil Config or a zero field means the
-// field's default; negative durations and sizes, and malformed header names,
-// are rejected with [ErrInvalidConfig] naming the field.
+// Config configures a [Ledger]. It must name its callers: set Caller, or
+// SingleCaller (New returns [ErrNoCaller] otherwise). Any other zero field
+// means the field's default; negative durations and sizes, malformed header
+// names, and Caller with SingleCaller, are rejected with [ErrInvalidConfig]
+// naming the field.
 type Config struct {
 	// TTL is how long a key is remembered after its first request. A repeat
 	// within TTL is replayed (or refused with 409 if the request differs);
@@ -53,15 +55,26 @@ type Config struct {
 	// empty result means "default". Defaults to the tenant carried by the
 	// request's context (tenant.From), then "default".
 	Tenant func(*http.Request) string
-	// Scope returns the caller a request comes from (a user id, an API
-	// key, a session): keys are scoped by caller within a tenant, so a
-	// caller who reuses or guesses another's key never gets the other's
-	// response, only a request of its own. Return something that only
-	// that caller can present, such as the authenticated user's id. An
-	// empty result means no caller: the key is shared by every request of
-	// the tenant without one. Defaults to the request's Authorization
-	// header (stored as a digest), or none without it.
-	Scope func(*http.Request) string
+	// Caller returns who sent the request: keys are scoped by caller
+	// within a tenant, so a caller who reuses or guesses another's key
+	// runs a request of its own and never gets the other's response. Return
+	// what stays the same across the caller's retries and only that caller
+	// can present: the authenticated user's or client's id (a bearer
+	// token's subject or client id, a session's user id, a client
+	// certificate's subject), never a credential that changes over a
+	// session such as the token itself, whose refresh between an attempt
+	// and its retry would run the command twice. The package documentation
+	// (# Callers) has examples.
+	//
+	// A request with a key whose Caller returns an error or an empty
+	// string gets 401 ([ProblemNoCaller]) and runs nothing; the error is
+	// logged, not sent. Caller is required unless SingleCaller is set.
+	Caller func(*http.Request) (string, error)
+	// SingleCaller says every request of a tenant comes from one caller
+	// and shares its keys: for a machine-to-machine API with a single
+	// client, or one that authenticates nobody. Set it instead of Caller,
+	// never with it; with neither, New returns ErrNoCaller.
+	SingleCaller bool
 	// Clock is the clock for created_at, expires_at and expiry checks.
 	// Defaults to aggregate.SystemClock.
 	Clock aggregate.Clock
@@ -90,6 +103,12 @@ func (c *Config) validate() error {
 			errs = append(errs, fmt.Errorf("StoredHeaders[%d]: %q is not a valid header name", i, h))
 		}
 	}
+	switch {
+	case c.Caller == nil && !c.SingleCaller:
+		errs = append(errs, ErrNoCaller)
+	case c.Caller != nil && c.SingleCaller:
+		errs = append(errs, errors.New("Caller: set with SingleCaller; choose one"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -115,9 +134,6 @@ func (c Config) withDefaults() Config {
 	if c.Tenant == nil {
 		c.Tenant = tenantFromContext
 	}
-	if c.Scope == nil {
-		c.Scope = authorization
-	}
 	if c.Clock == nil {
 		c.Clock = aggregate.SystemClock{}
 	}
@@ -126,8 +142,6 @@ func (c Config) withDefaults() Config {
 	}
 	return c
 }
-
-func authorization(r *http.Request) string { return r.Header.Get("Authorization") }
 
 func tenantFromContext(r *http.Request) string {
 	id, _ := tenant.From(r.Context())

@@ -37,26 +37,24 @@ func TestNewValidatesConfig(t *testing.T) {
 		field string
 		cfg   *idempotency.Config
 	}{
-		{"TTL", &idempotency.Config{TTL: -1}},
-		{"MaxBodyBytes", &idempotency.Config{MaxBodyBytes: -5}},
-		{"LockTimeout", &idempotency.Config{LockTimeout: -1}},
-		{"LockTimeout", &idempotency.Config{LockTimeout: 25 * 24 * time.Hour}}, // over 2^31-1 ms
+		{"TTL", &idempotency.Config{SingleCaller: true, TTL: -1}},
+		{"MaxBodyBytes", &idempotency.Config{SingleCaller: true, MaxBodyBytes: -5}},
+		{"LockTimeout", &idempotency.Config{SingleCaller: true, LockTimeout: -1}},
+		{"LockTimeout", &idempotency.Config{SingleCaller: true, LockTimeout: 25 * 24 * time.Hour}}, // over 2^31-1 ms
 	} {
 		_, err := idempotency.New(db, c.cfg)
 		require.ErrorIs(t, err, idempotency.ErrInvalidConfig, c.field)
 		assert.True(t, strings.Contains(err.Error(), c.field+":"), "%s: %v", c.field, err)
 	}
 
-	_, err = idempotency.New(nil, nil)
+	single := &idempotency.Config{SingleCaller: true}
+	_, err = idempotency.New(nil, single)
 	require.ErrorIs(t, err, idempotency.ErrInvalidConfig)
 	assert.Contains(t, err.Error(), "db:")
-	_, err = idempotency.New(&gorm.DB{Config: &gorm.Config{}}, nil)
+	_, err = idempotency.New(&gorm.DB{Config: &gorm.Config{}}, single)
 	require.ErrorIs(t, err, idempotency.ErrInvalidConfig)
 
-	zero, err := idempotency.New(db, &idempotency.Config{})
-	require.NoError(t, err)
-	assert.Equal(t, 24*time.Hour, zero.Config().TTL, "a zero Config means the defaults too")
-	l, err := idempotency.New(db, nil)
+	l, err := idempotency.New(db, single)
 	require.NoError(t, err)
 	c := l.Config()
 	assert.Equal(t, 24*time.Hour, c.TTL)
@@ -67,7 +65,7 @@ func TestNewValidatesConfig(t *testing.T) {
 	assert.Equal(t, aggregate.SystemClock{}, c.Clock)
 	assert.NotNil(t, c.Logger)
 
-	l, err = idempotency.New(db, &idempotency.Config{StoredHeaders: []string{"x-request-id"}})
+	l, err = idempotency.New(db, &idempotency.Config{SingleCaller: true, StoredHeaders: []string{"x-request-id"}})
 	require.NoError(t, err)
 	assert.Equal(t, []string{"X-Request-Id"}, l.Config().StoredHeaders)
 }

@@ -7,7 +7,8 @@
 // command taking effect twice: the first request runs, a repeat gets the
 // first one's response back.
 //
-//	ledger, err := idempotency.New(db, nil) // after idempotency.Migrate(ctx, db)
+//	// after idempotency.Migrate(ctx, db)
+//	ledger, err := idempotency.New(db, &idempotency.Config{Caller: userID})
 //	// ...
 //	mux.Handle("POST /orders", ledger.Middleware(createOrder))
 //
@@ -33,12 +34,13 @@
 // about:blank.
 //
 // Keys are scoped by tenant ([Config.Tenant]) and, within a tenant, by
-// caller ([Config.Scope], by default the Authorization header): the same key
-// sent for two tenants, or by two callers, is two keys, so nobody gets
-// another caller's stored response by reusing or guessing its key. Each key remembers a digest of its request: SHA-256
-// over the method, the path (with "?" and the raw query when there is one)
-// and the body, each length-prefixed (see [RequestDigest]). Headers are not
-// part of it.
+// caller ([Config.Caller]): the same key sent for two tenants, or by two
+// callers, is two keys, so nobody gets another caller's stored response by
+// reusing or guessing its key. A keyed request whose Caller fails gets 401
+// ([ProblemNoCaller]) and runs nothing. Each key remembers a digest of its
+// request: SHA-256 over the method, the path (with "?" and the raw query
+// when there is one) and the body, each length-prefixed (see
+// [RequestDigest]). Headers are not part of it.
 //
 // Each keyed request runs in ONE database transaction, which:
 //
@@ -79,6 +81,32 @@
 //   - the same digest: the stored response is replayed — its stored
 //     headers, status and body, plus "Idempotent-Replayed: true"
 //     ([HeaderReplayed]). The handler does not run.
+//
+// # Callers
+//
+// The application names who sent each request: [Config.Caller] returns an
+// id that stays the same across the caller's retries and that only the
+// caller can present. There is no default: [New] returns [ErrNoCaller]
+// without one. Scoping by a credential that changes over a session (a
+// bearer token, which is refreshed) would run a command twice when the
+// token is refreshed between an attempt and its retry; scoping by nothing
+// would share one user's keys, and responses, with every other user.
+//
+//   - Bearer tokens (OAuth 2, OpenID Connect, JWT): the verified token's
+//     subject ("sub"), or its client id for a client-credentials token;
+//     not the token.
+//   - Session cookies: the session's user id, as the authentication
+//     middleware in front of the ledger put it in the request's context;
+//     not the cookie, and not the session id if sessions are rotated.
+//   - Mutual TLS: the client certificate's subject,
+//     r.TLS.PeerCertificates[0].Subject.String() (or its SAN), which stays
+//     the same when the certificate is renewed.
+//   - API keys: the key's id in your key store, which outlives a rotation
+//     of the secret.
+//
+// A machine-to-machine API with a single client, or one that
+// authenticates nobody, sets [Config.SingleCaller] instead: every request
+// of a tenant shares its keys.
 //
 // # Concurrent repeats
 //

@@ -34,7 +34,10 @@ func ExampleLedger_Middleware() {
 		log.Fatal(err)
 	}
 	_ = db.AutoMigrate(&Order{})
-	ledger, err := idempotency.New(db, nil)
+	// One client in this example, so one caller. An application with users
+	// names each request's caller instead, with Config.Caller: the user's
+	// or client's id, never the token it presents.
+	ledger, err := idempotency.New(db, &idempotency.Config{SingleCaller: true})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -75,9 +75,17 @@ type env struct {
 }
 
 // setup migrates db, creates the counters table and puts a ledger with cfg
-// in front of a fresh app.
+// in front of a fresh app. A cfg that names no caller gets SingleCaller.
 func setup(t *testing.T, b testenv.Backend, db *gorm.DB, cfg *idempotency.Config) *env {
 	t.Helper()
+	c := idempotency.Config{}
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.Caller == nil {
+		c.SingleCaller = true
+	}
+	cfg = &c
 	require.NoError(t, idempotency.Migrate(context.Background(), db))
 	require.NoError(t, db.Exec(`CREATE TABLE counters (name VARCHAR(64) PRIMARY KEY, n INTEGER NOT NULL)`).Error)
 	require.NoError(t, db.Exec(`INSERT INTO counters (name, n) VALUES ('hits', 0)`).Error)

@@ -32,13 +32,15 @@ type Ledger struct {
 }
 
 // New returns a ledger over db, a PostgreSQL or SQLite *gorm.DB with the
-// ledger's table created by Migrate. A nil cfg means defaults. On SQLite,
-// open db with embedded.OpenSQLite, whose transactions begin IMMEDIATE; see
-// the package documentation. It checks that the table exists, with one
+// ledger's table created by Migrate, and cfg, which must name the callers
+// (Config.Caller or Config.SingleCaller; its other zero fields mean their
+// defaults). On SQLite, open db with embedded.OpenSQLite, whose
+// transactions begin IMMEDIATE; see the package documentation. It checks that the table exists, with one
 // query under db's context.
 //
-// Errors: ErrInvalidConfig, naming each bad field; ErrNotMigrated; or the
-// database error of the check.
+// Errors: ErrInvalidConfig, naming each bad field, and with it ErrNoCaller
+// when cfg sets neither Caller nor SingleCaller (a nil cfg included);
+// ErrNotMigrated; or the database error of the check.
 func New(db *gorm.DB, cfg *Config) (*Ledger, error) {
 	var c Config
 	if cfg != nil {
@@ -104,6 +106,12 @@ func (l *Ledger) Middleware(next http.Handler) http.Handler {
 			problemInvalidKey(err).write(w)
 			return
 		}
+		caller, err := l.caller(r)
+		if err != nil {
+			l.log.WarnContext(r.Context(), "caller unknown; refused", "key", key, "err", err)
+			problemNoCaller.write(w)
+			return
+		}
 		tid := l.cfg.Tenant(r)
 		if tid == "" {
 			tid = tenant.Default
@@ -117,7 +125,7 @@ func (l *Ledger) Middleware(next http.Handler) http.Handler {
 			p.write(w)
 			return
 		}
-		req := &keyed{tenant: tid, key: scopedKey(l.cfg.Scope(r), key), body: body,
+		req := &keyed{tenant: tid, key: scopedKey(caller, key), body: body,
 			digest: RequestDigest(r.Method, requestTarget(r.URL), body)}
 		for attempt := 1; ; attempt++ {
 			if !l.attempt(w, r, next, req) {
@@ -132,6 +140,19 @@ func (l *Ledger) Middleware(next http.Handler) http.Handler {
 			}
 		}
 	})
+}
+
+// caller returns the request's caller: "" in single-caller mode, else
+// what Config.Caller names, which must not be empty.
+func (l *Ledger) caller(r *http.Request) (string, error) {
+	if l.cfg.SingleCaller {
+		return "", nil
+	}
+	c, err := l.cfg.Caller(r)
+	if err == nil && c == "" {
+		err = errors.New("Config.Caller returned an empty caller")
+	}
+	return c, err
 }
 
 // readBody reads the request body, up to MaxBodyBytes.

@@ -225,45 +225,6 @@ func TestTransientFailuresAreNotStored(t *testing.T) {
 	})
 }
 
-// TestKeysAreScopedByCaller checks that a key is the caller's own: another
-// caller of the same tenant who reuses it, with the very same request,
-// runs its own request and never receives the first caller's response; by
-// default the caller is the Authorization header, and Config.Scope picks
-// another.
-func TestKeysAreScopedByCaller(t *testing.T) {
-	t.Parallel()
-	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend, db *gorm.DB) {
-		e := setup(t, b, db, nil)
-		as := func(h http.Handler, header, caller string) *httptest.ResponseRecorder {
-			r := newRequest(http.MethodPost, "/things", "guessable-key", `{"sku":"apple"}`)
-			r.Header.Set(header, caller)
-			w := httptest.NewRecorder()
-			h.ServeHTTP(w, r)
-			return w
-		}
-		alice := as(e.h, "Authorization", "Bearer alice-token")
-		mallory := as(e.h, "Authorization", "Bearer mallory-token")
-		require.Equal(t, http.StatusCreated, alice.Code)
-		require.Equal(t, http.StatusCreated, mallory.Code)
-		assert.Empty(t, mallory.Header().Get(idempotency.HeaderReplayed), "not alice's response replayed")
-		assert.NotEqual(t, alice.Header().Get("Location"), mallory.Header().Get("Location"))
-		requireReplay(t, alice, as(e.h, "Authorization", "Bearer alice-token"))
-		assert.Equal(t, int64(2), e.app.calls.Load())
-		for _, row := range e.keys(t) {
-			assert.NotContains(t, row.Key, "alice", "the caller is not stored in clear")
-		}
-
-		l, err := idempotency.New(db, &idempotency.Config{Scope: func(r *http.Request) string { return r.Header.Get("X-Api-Key") }})
-		require.NoError(t, err)
-		h := l.Middleware(e.app)
-		first := as(h, "X-Api-Key", "key-1")
-		require.Equal(t, http.StatusCreated, first.Code)
-		assert.Empty(t, as(h, "X-Api-Key", "key-2").Header().Get(idempotency.HeaderReplayed))
-		requireReplay(t, first, as(h, "X-Api-Key", "key-1"))
-		assert.Equal(t, int64(4), e.app.calls.Load())
-	})
-}
-
 // TestClientErrorIsStored checks that a 4xx is a result like any other: it
 // is stored and replayed.
 func TestClientErrorIsStored(t *testing.T) {
@@ -320,7 +281,7 @@ func TestKeysAreScopedByTenant(t *testing.T) {
 		assert.Equal(t, []string{"acme", "globex"}, []string{rows[0].TenantID, rows[1].TenantID})
 
 		// An explicit Config.Tenant, and an invalid tenant.
-		l, err := idempotency.New(db, &idempotency.Config{Tenant: func(r *http.Request) string { return r.Header.Get("X-Tenant") }})
+		l, err := idempotency.New(db, &idempotency.Config{SingleCaller: true, Tenant: func(r *http.Request) string { return r.Header.Get("X-Tenant") }})
 		require.NoError(t, err)
 		w := httptest.NewRecorder()
 		l.Middleware(e.app).ServeHTTP(w, send("initech"))
@@ -414,10 +375,11 @@ func TestImplicitStatusAndSniffedType(t *testing.T) {
 func TestNewNeedsMigrate(t *testing.T) {
 	t.Parallel()
 	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend, db *gorm.DB) {
-		_, err := idempotency.New(db, nil)
+		cfg := &idempotency.Config{SingleCaller: true}
+		_, err := idempotency.New(db, cfg)
 		require.ErrorIs(t, err, idempotency.ErrNotMigrated)
 		require.NoError(t, idempotency.Migrate(context.Background(), db))
-		_, err = idempotency.New(db, nil)
+		_, err = idempotency.New(db, cfg)
 		require.NoError(t, err)
 	})
 }

@@ -14,6 +14,10 @@ var (
 	// ErrInvalidConfig is returned by New for a bad configuration; the
 	// message names every bad field.
 	ErrInvalidConfig = errors.New("idempotency: invalid config")
+	// ErrNoCaller is returned (wrapped, with ErrInvalidConfig) by New for
+	// a Config that sets neither Caller nor SingleCaller: keys must be
+	// scoped by a caller the application names.
+	ErrNoCaller = errors.New("idempotency: no caller: set Config.Caller to the authenticated caller's id, or Config.SingleCaller")
 	// ErrInvalidKey is returned (wrapped) by ValidateKey for a malformed
 	// key; the middleware answers such a request with 400.
 	ErrInvalidKey = errors.New("idempotency: invalid key")
@@ -44,6 +48,9 @@ const (
 	// ProblemInProgress (409): a request with the same key was still running
 	// after Config.LockTimeout. Retry later with the same key.
 	ProblemInProgress = "https://pkg.go.dev/github.com/bentoevents/bento/idempotency#ProblemInProgress"
+	// ProblemNoCaller (401): Config.Caller could not tell who sent the
+	// request (it returned an error or nothing). Nothing ran.
+	ProblemNoCaller = "https://pkg.go.dev/github.com/bentoevents/bento/idempotency#ProblemNoCaller"
 	// ProblemNotRecorded (500): the ledger could not record the request (a
 	// database error, or the commit failed). Nothing was applied; retry with
 	// the same key.
@@ -65,6 +72,9 @@ var (
 	problemInProgress = problem{Type: ProblemInProgress, Status: http.StatusConflict,
 		Title:  "request with this Idempotency-Key still in progress",
 		Detail: "a request with this Idempotency-Key did not finish in time; retry later with the same key"}
+	problemNoCaller = problem{Type: ProblemNoCaller, Status: http.StatusUnauthorized,
+		Title:  "caller unknown",
+		Detail: "a request with an Idempotency-Key must come from an identified caller; nothing was run"}
 	problemNotRecorded = problem{Type: ProblemNotRecorded, Status: http.StatusInternalServerError,
 		Title:  "request not recorded",
 		Detail: "the request could not be recorded and had no effect; retry with the same Idempotency-Key"}

@@ -36,11 +36,15 @@ import (
 //
 // Every POST honours Idempotency-Key:
 // its unit of work joins the ledger's transaction, so the state change and
-// the stored response commit together. The operator console (package
+// the stored response commit together. minishop authenticates nobody, so
+// the ledger has a single caller: every client shares the keys. The operator console (package
 // console) is mounted at /console/, read-write with payloads hidden; a real
 // deployment would put it behind its operators' authentication.
 func (a *App) handler() (http.Handler, error) {
-	ledger, err := idempotency.New(a.db, &idempotency.Config{MaxBodyBytes: maxBody, Logger: a.log, Scope: apiKey})
+	// minishop authenticates nobody, so it has one caller and its clients
+	// share their keys: a real shop authenticates its clients and names
+	// the caller (Config.Caller) by the user's or client's id instead.
+	ledger, err := idempotency.New(a.db, &idempotency.Config{MaxBodyBytes: maxBody, Logger: a.log, SingleCaller: true})
 	if err != nil {
 		return nil, err
 	}
@@ -257,14 +261,6 @@ func (a *App) readyChecks() []health.Check {
 	}
 	return checks
 }
-
-// HeaderAPIKey is the header minishop scopes idempotency keys by: a
-// stand-in for the API key or session a real service authenticates, so
-// that one client reusing another's Idempotency-Key runs its own request
-// instead of receiving the other's order.
-const HeaderAPIKey = "X-Api-Key"
-
-func apiKey(r *http.Request) string { return r.Header.Get(HeaderAPIKey) }
 
 // Limits of minishop's HTTP server: a client that sends its headers or
 // body too slowly, or keeps an idle connection, is cut off, and headers

@@ -308,28 +308,6 @@ func TestIdempotencyKeys(t *testing.T) {
 	assert.Equal(t, 3.0, reserved(t, p.url, "banana"))
 }
 
-// TestIdempotencyKeysBelongToTheirCaller: a client that reuses another's
-// Idempotency-Key with the same order (another X-Api-Key) places its own
-// order; it never receives the other's stored response. Each client's own
-// retry is replayed.
-func TestIdempotencyKeysBelongToTheirCaller(t *testing.T) {
-	t.Parallel()
-	p := startEmbedded(t)
-	body := `{"customer_id":"c7","items":[{"sku":"apple","qty":1}]}`
-	as := func(apiKey string) response {
-		return call(t, "POST", p.url+"/orders", body, map[string]string{"Idempotency-Key": "shared-key", "X-Api-Key": apiKey})
-	}
-	alice := as("alice-key")
-	require.Equal(t, 201, alice.status, "%s", alice.body)
-	mallory := as("mallory-key")
-	require.Equal(t, 201, mallory.status, "%s", mallory.body)
-	assert.Empty(t, mallory.header.Get("Idempotent-Replayed"), "not alice's order replayed")
-	assert.NotEqual(t, alice.header.Get("Location"), mallory.header.Get("Location"))
-	again := as("alice-key")
-	assert.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
-	assert.Equal(t, alice.header.Get("Location"), again.header.Get("Location"))
-}
-
 // TestServerBoundsHeaders: minishop's HTTP server refuses a request whose
 // headers exceed its limit instead of reading them all.
 func TestServerBoundsHeaders(t *testing.T) {
