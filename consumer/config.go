@@ -114,7 +114,7 @@ type Config struct {
 	MaxCrashes int
 	// TakeoverTime bounds how long the partitions of an instance that died
 	// or froze stay without a consumer: each instance renews its
-	// membership every quarter of it, each renewal bounded by an eighth of
+	// membership every quarter of it, each renewal bounded by a quarter of
 	// it, and is forgotten three quarters after its last renewal. An
 	// instance that cannot reach the database for that long releases its
 	// partitions, abandoning the messages in hand. It also sets, with
@@ -128,7 +128,7 @@ type Config struct {
 	//     two statements of its transaction (a slow call made inside it)
 	//     has its transaction ended by the server and fails; raise
 	//     TakeoverTime for such handlers;
-	//   - the fence: each transaction commits only if this instance's
+	//   - on PostgreSQL, the fence: each transaction commits only if this instance's
 	//     membership is still live on the database's clock and is the one
 	//     its partition was assigned under, else it is rolled back with
 	//     ErrFenced and its messages are given back;

@@ -144,8 +144,14 @@ func (m *members) fence(tx *gorm.DB, gen int64) error {
 // (inbox.Config BeginTx and BeforeCommit): the first bounds each
 // transaction's lock waits and idle pauses to txTimeout(takeover) (see
 // bound), the second fences its commit by the membership its partition
-// worker was started under, and logs the refusals.
+// worker was started under, and logs the refusals. On SQLite it returns
+// none.
 func (m *members) guards(takeover time.Duration, log *slog.Logger) (begin, beforeCommit func(*gorm.DB) error) {
+	if !m.postgres {
+		// One process owns an SQLite database and its in-memory bus: no
+		// peer can take a partition over, and nothing needs fencing.
+		return nil, nil
+	}
 	d := txTimeout(takeover)
 	begin = func(tx *gorm.DB) error { return m.bound(tx, d) }
 	beforeCommit = func(tx *gorm.DB) error {
@@ -168,9 +174,10 @@ func (m *members) guards(takeover time.Duration, log *slog.Logger) (begin, befor
 // over is not blocked behind them.
 func txTimeout(takeover time.Duration) time.Duration { return takeover / 2 }
 
-// beatTimeout bounds each heartbeat, half the interval between two: a
-// database that hangs costs one beat, not the membership loop.
-func beatTimeout(takeover time.Duration) time.Duration { return takeover / 8 }
+// beatTimeout bounds each heartbeat, the interval between two: a database
+// that hangs costs one beat, not the membership loop. (Half of it made a
+// loaded host's beats time out, lapsing healthy memberships.)
+func beatTimeout(takeover time.Duration) time.Duration { return takeover / 4 }
 
 type membershipCtxKey struct{}
 
