@@ -152,10 +152,19 @@ func (c *Config) withDefaults() (Config, error) {
 // Console is the web console: an [http.Handler] serving the overview, the
 // dead letters and their actions. It is safe for concurrent use.
 type Console struct {
-	store *outbox.Store
-	cfg   Config
-	mux   *http.ServeMux
-	xorig *http.CrossOriginProtection
+	// data is the only way to the outbox and the broker: it narrows them
+	// to cfg.Tenant.
+	data   scope
+	cfg    Config
+	routes []route
+	mux    *http.ServeMux
+	xorig  *http.CrossOriginProtection
+}
+
+// route is one pattern of the console's mux and its handler.
+type route struct {
+	pattern string
+	handler http.HandlerFunc
 }
 
 // New returns a console over store. cfg may be nil for the defaults.
@@ -172,30 +181,41 @@ func New(store *outbox.Store, cfg *Config) (*Console, error) {
 	if err != nil {
 		return nil, err
 	}
-	con := &Console{store: store, cfg: c, mux: http.NewServeMux(), xorig: http.NewCrossOriginProtection()}
-	con.routes()
+	con := &Console{
+		data: scope{tenant: c.Tenant, store: store, consumers: c.Consumers, unroutable: c.Unroutable},
+		cfg:  c, mux: http.NewServeMux(), xorig: http.NewCrossOriginProtection(),
+	}
+	con.routes = con.routeTable()
+	for _, rt := range con.routes {
+		con.mux.HandleFunc(rt.pattern, rt.handler)
+	}
 	return con, nil
 }
 
 // Config returns the console's configuration with defaults filled in.
 func (c *Console) Config() Config { return *c.cfg.Copy() }
 
-func (c *Console) routes() {
-	c.mux.HandleFunc("GET /{$}", c.overview)
-	c.mux.HandleFunc("GET /dead", c.deadList)
-	c.mux.HandleFunc("GET /dead/{id}", c.deadDetail)
-	c.mux.HandleFunc("POST /dead/{id}/requeue", c.mutation(c.requeueOne))
-	c.mux.HandleFunc("POST /dead/{id}/discard", c.mutation(c.discardOne))
-	c.mux.HandleFunc("POST /dead/requeue", c.mutation(c.requeueTopic))
-	c.mux.HandleFunc("GET /consumers", c.consumerGroups)
-	c.mux.HandleFunc("GET /consumers/{group}", c.groupDead)
-	c.mux.HandleFunc("GET /consumers/{group}/{id}", c.groupDeadDetail)
-	c.mux.HandleFunc("POST /consumers/{group}/{id}/replay", c.mutation(c.groupDeadAct("replay")))
-	c.mux.HandleFunc("POST /consumers/{group}/{id}/discard", c.mutation(c.groupDeadAct("discard")))
-	c.mux.HandleFunc("GET /unroutable", c.unroutableList)
-	c.mux.HandleFunc("POST /unroutable/replay", c.mutation(c.unroutableReplay))
-	c.mux.HandleFunc("GET /static/", c.static)
-	c.mux.HandleFunc("/", c.notFound)
+// routeTable lists every page and action of the console. Each reaches the
+// outbox and the broker through c.data only, which keeps it to the
+// console's tenant.
+func (c *Console) routeTable() []route {
+	return []route{
+		{"GET /{$}", c.overview},
+		{"GET /dead", c.deadList},
+		{"GET /dead/{id}", c.deadDetail},
+		{"POST /dead/{id}/requeue", c.mutation(c.requeueOne)},
+		{"POST /dead/{id}/discard", c.mutation(c.discardOne)},
+		{"POST /dead/requeue", c.mutation(c.requeueTopic)},
+		{"GET /consumers", c.consumerGroups},
+		{"GET /consumers/{group}", c.groupDead},
+		{"GET /consumers/{group}/{id}", c.groupDeadDetail},
+		{"POST /consumers/{group}/{id}/replay", c.mutation(c.groupDeadAct("replay"))},
+		{"POST /consumers/{group}/{id}/discard", c.mutation(c.groupDeadAct("discard"))},
+		{"GET /unroutable", c.unroutableList},
+		{"POST /unroutable/replay", c.mutation(c.unroutableReplay)},
+		{"GET /static/", c.static},
+		{"/", c.notFound},
+	}
 }
 
 // ServeHTTP serves the console. Paths are relative to where the console is
