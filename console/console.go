@@ -43,9 +43,11 @@ type Config struct {
 	// detail page. They may hold personal data or secrets, so they are
 	// hidden unless this is set. Defaults to false.
 	ShowPayloads bool
-	// Tenant, when set, restricts the console to one tenant: it shows only
-	// that tenant's rows and can only requeue or discard those. Defaults to
-	// all tenants.
+	// Tenant, when set, restricts the console to one tenant on every page
+	// and action: it lists only that tenant's outbox rows, consumer dead
+	// letters and unroutable events (by their tenant_id header), answers
+	// 404 for another tenant's id, and can only requeue, replay or discard
+	// that tenant's. Defaults to all tenants.
 	Tenant string
 	// Title is the name shown in the header and the page titles. Defaults
 	// to DefaultTitle ("bento console").
@@ -67,11 +69,23 @@ type Config struct {
 	// ("console.internal:8080"); "*" allows any. Any other Host gets 421,
 	// so that a page on another site cannot reach the console through DNS
 	// rebinding (its name pointed at the console's address), where the
-	// request is same-origin and the CSRF defences pass. localhost,
-	// 127.0.0.1 and ::1 are always allowed. Add the names operators use to
-	// reach the console (the bento console command adds the host of its
-	// --addr). Defaults to those loopback names only.
+	// request is same-origin and the CSRF defences pass. The loopback names
+	// localhost, 127.0.0.1 and ::1 are allowed too unless ExcludeLoopback
+	// is set. Add the names operators use to reach the console (the bento
+	// console command adds the host of its --addr). Only the Host header
+	// counts: X-Forwarded-Host and Forwarded are never read. Defaults to
+	// the loopback names only.
 	AllowedHosts []string
+	// ExcludeLoopback stops the loopback names being allowed in the Host
+	// header unless AllowedHosts lists them. Set it behind a reverse proxy
+	// that reaches the console on a loopback address: a proxy that rewrites
+	// Host to its upstream (nginx's default, proxy_set_header Host
+	// $proxy_host) would otherwise make every request, whatever name the
+	// browser asked for, look like one for the console. Have the proxy pass
+	// the browser's Host on and list the public name in AllowedHosts.
+	// Requires AllowedHosts. Defaults to false: loopback names allowed, for
+	// a console bound to a loopback address and reached on it.
+	ExcludeLoopback bool
 	// Consumers, when set, adds pages for the dead letters of consumer
 	// groups on RabbitMQ, with Replay and Discard. Defaults to none.
 	Consumers *Consumers
@@ -138,6 +152,9 @@ func (c *Config) withDefaults() (Config, error) {
 	if cs := out.Consumers; cs != nil && (cs.AMQP == nil || len(cs.Groups) == 0) {
 		errs = append(errs, errors.New("Consumers: AMQP and Groups are required"))
 	}
+	if out.ExcludeLoopback && len(out.AllowedHosts) == 0 {
+		errs = append(errs, errors.New("ExcludeLoopback: set without AllowedHosts, the console would answer to no host"))
+	}
 	for i, h := range out.AllowedHosts {
 		if h == "" || strings.ContainsAny(h, "/ \t") {
 			errs = append(errs, fmt.Errorf("AllowedHosts[%d]: %q is not a host name or host:port", i, h))
@@ -152,10 +169,19 @@ func (c *Config) withDefaults() (Config, error) {
 // Console is the web console: an [http.Handler] serving the overview, the
 // dead letters and their actions. It is safe for concurrent use.
 type Console struct {
-	store *outbox.Store
-	cfg   Config
-	mux   *http.ServeMux
-	xorig *http.CrossOriginProtection
+	// data is the only way to the outbox and the broker: it narrows them
+	// to cfg.Tenant.
+	data   scope
+	cfg    Config
+	routes []route
+	mux    *http.ServeMux
+	xorig  *http.CrossOriginProtection
+}
+
+// route is one pattern of the console's mux and its handler.
+type route struct {
+	pattern string
+	handler http.HandlerFunc
 }
 
 // New returns a console over store. cfg may be nil for the defaults.
@@ -172,30 +198,41 @@ func New(store *outbox.Store, cfg *Config) (*Console, error) {
 	if err != nil {
 		return nil, err
 	}
-	con := &Console{store: store, cfg: c, mux: http.NewServeMux(), xorig: http.NewCrossOriginProtection()}
-	con.routes()
+	con := &Console{
+		data: scope{tenant: c.Tenant, store: store, consumers: c.Consumers, unroutable: c.Unroutable},
+		cfg:  c, mux: http.NewServeMux(), xorig: http.NewCrossOriginProtection(),
+	}
+	con.routes = con.routeTable()
+	for _, rt := range con.routes {
+		con.mux.HandleFunc(rt.pattern, rt.handler)
+	}
 	return con, nil
 }
 
 // Config returns the console's configuration with defaults filled in.
 func (c *Console) Config() Config { return *c.cfg.Copy() }
 
-func (c *Console) routes() {
-	c.mux.HandleFunc("GET /{$}", c.overview)
-	c.mux.HandleFunc("GET /dead", c.deadList)
-	c.mux.HandleFunc("GET /dead/{id}", c.deadDetail)
-	c.mux.HandleFunc("POST /dead/{id}/requeue", c.mutation(c.requeueOne))
-	c.mux.HandleFunc("POST /dead/{id}/discard", c.mutation(c.discardOne))
-	c.mux.HandleFunc("POST /dead/requeue", c.mutation(c.requeueTopic))
-	c.mux.HandleFunc("GET /consumers", c.consumerGroups)
-	c.mux.HandleFunc("GET /consumers/{group}", c.groupDead)
-	c.mux.HandleFunc("GET /consumers/{group}/{id}", c.groupDeadDetail)
-	c.mux.HandleFunc("POST /consumers/{group}/{id}/replay", c.mutation(c.groupDeadAct("replay")))
-	c.mux.HandleFunc("POST /consumers/{group}/{id}/discard", c.mutation(c.groupDeadAct("discard")))
-	c.mux.HandleFunc("GET /unroutable", c.unroutableList)
-	c.mux.HandleFunc("POST /unroutable/replay", c.mutation(c.unroutableReplay))
-	c.mux.HandleFunc("GET /static/", c.static)
-	c.mux.HandleFunc("/", c.notFound)
+// routeTable lists every page and action of the console. Each reaches the
+// outbox and the broker through c.data only, which keeps it to the
+// console's tenant.
+func (c *Console) routeTable() []route {
+	return []route{
+		{"GET /{$}", c.overview},
+		{"GET /dead", c.deadList},
+		{"GET /dead/{id}", c.deadDetail},
+		{"POST /dead/{id}/requeue", c.mutation(c.requeueOne)},
+		{"POST /dead/{id}/discard", c.mutation(c.discardOne)},
+		{"POST /dead/requeue", c.mutation(c.requeueTopic)},
+		{"GET /consumers", c.consumerGroups},
+		{"GET /consumers/{group}", c.groupDead},
+		{"GET /consumers/{group}/{id}", c.groupDeadDetail},
+		{"POST /consumers/{group}/{id}/replay", c.mutation(c.groupDeadAct("replay"))},
+		{"POST /consumers/{group}/{id}/discard", c.mutation(c.groupDeadAct("discard"))},
+		{"GET /unroutable", c.unroutableList},
+		{"POST /unroutable/replay", c.mutation(c.unroutableReplay)},
+		{"GET /static/", c.static},
+		{"/", c.notFound},
+	}
 }
 
 // ServeHTTP serves the console. Paths are relative to where the console is
@@ -232,7 +269,8 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.mux.ServeHTTP(w, r)
 }
 
-// loopbackHosts are always allowed in the Host header.
+// loopbackHosts are allowed in the Host header unless
+// Config.ExcludeLoopback is set.
 var loopbackHosts = []string{"localhost", "127.0.0.1", "::1"}
 
 // hostAllowed reports whether host, a request's Host header, names the
@@ -243,7 +281,7 @@ func (c *Console) hostAllowed(host string) bool {
 		name = h
 	}
 	name = strings.ToLower(strings.TrimSuffix(strings.Trim(name, "[]"), "."))
-	if slices.Contains(loopbackHosts, name) {
+	if !c.cfg.ExcludeLoopback && slices.Contains(loopbackHosts, name) {
 		return true
 	}
 	for _, a := range c.cfg.AllowedHosts {

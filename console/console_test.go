@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
 	"strings"
 	"testing"
@@ -132,10 +133,10 @@ func TestRequeueAndDiscardChangeTheDatabase(t *testing.T) {
 		assert.Contains(t, byID(body, "flash"), "Requeued 1 dead letter")
 		assert.NotContains(t, body, `data-id="`+e.rows["b"].ID+`"`, "no longer listed")
 
-		// Requeueing it again moves nothing and says so.
-		res, _ = e.post(t, "/dead/"+e.rows["b"].ID+"/requeue", url.Values{"csrf_token": {tok}}, nil)
-		_, body = e.follow(t, res)
-		assert.Contains(t, byID(body, "flash"), "Nothing was requeued")
+		// Requeueing it again finds no dead letter of that id: 404.
+		res, body = e.post(t, "/dead/"+e.rows["b"].ID+"/requeue", url.Values{"csrf_token": {tok}}, nil)
+		assert.Equal(t, http.StatusNotFound, res.StatusCode)
+		assert.Contains(t, byID(body, "error-message"), "may have been requeued or discarded")
 
 		// Discard needs the confirmation box.
 		res, body = e.post(t, "/dead/"+e.rows["e"].ID+"/discard", url.Values{"csrf_token": {tok}}, nil)
@@ -371,12 +372,11 @@ func TestTenantLock(t *testing.T) {
 
 		tok := e.token(t, "/dead")
 		res, _ = e.post(t, "/dead/"+e.rows["b"].ID+"/requeue", url.Values{"csrf_token": {tok}}, nil)
-		_, body = e.follow(t, res)
-		assert.Contains(t, byID(body, "flash"), "Nothing was requeued")
+		assert.Equal(t, http.StatusNotFound, res.StatusCode, "another tenant's dead letter")
 		res, _ = e.post(t, "/dead/requeue", url.Values{"csrf_token": {tok}, "topic": {"order.paid"}, "tenant": {"default"}}, nil)
 		require.Equal(t, http.StatusSeeOther, res.StatusCode)
 		res, _ = e.post(t, "/dead/"+e.rows["b"].ID+"/discard", url.Values{"csrf_token": {tok}, "confirm": {"yes"}}, nil)
-		require.Equal(t, http.StatusSeeOther, res.StatusCode)
+		assert.Equal(t, http.StatusNotFound, res.StatusCode, "another tenant's dead letter")
 		assert.Equal(t, outbox.StatusDead, e.status(t, "b"), "untouched")
 		assert.Equal(t, outbox.StatusNew, e.status(t, "e"), "acme's own, requeued by topic")
 	})
@@ -449,6 +449,77 @@ func TestHostMustBeAllowed(t *testing.T) {
 	assert.Contains(t, err.Error(), "AllowedHosts[2]")
 }
 
+// TestHostBehindAReverseProxy: a reverse proxy on the console's host that
+// rewrites Host to its upstream, 127.0.0.1 (nginx's default, proxy_set_header
+// Host $proxy_host; httputil's SetURL), makes every request look like one
+// for a loopback name, whatever name the browser asked for. With
+// ExcludeLoopback such requests get 421, X-Forwarded-Host and Forwarded
+// are not read, and only a proxy that passes the browser's Host on reaches
+// the console, under the public name AllowedHosts lists.
+func TestHostBehindAReverseProxy(t *testing.T) {
+	t.Parallel()
+	const public = "console.example.com"
+	e := setup(t, testenv.SQLite(t), &console.Config{AllowedHosts: []string{public}, ExcludeLoopback: true})
+	// proxy serves a reverse proxy to to's console.
+	proxy := func(to *env, passHost bool) string {
+		upstream, err := url.Parse(to.srv.URL)
+		require.NoError(t, err)
+		p := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(upstream) // Host: 127.0.0.1:<port>, as nginx's $proxy_host
+			r.SetXForwarded()  // X-Forwarded-Host: the browser's Host
+			if passHost {
+				r.Out.Host = r.In.Host // nginx: proxy_set_header Host $host
+			}
+		}})
+		t.Cleanup(p.Close)
+		return p.URL
+	}
+	get := func(base, host string, header http.Header) int {
+		req, err := http.NewRequest(http.MethodGet, base+e.prefix+"/", nil)
+		require.NoError(t, err)
+		req.Host = host
+		for k, v := range header {
+			req.Header[k] = v
+		}
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, res.Body)
+		_ = res.Body.Close()
+		return res.StatusCode
+	}
+
+	rewriting := proxy(e, false)
+	admitted := 0
+	for _, host := range []string{public, "rebind.attacker.test", "localhost", "127.0.0.1"} {
+		code := get(rewriting, host, nil)
+		assert.Equal(t, http.StatusMisdirectedRequest, code, "through a proxy that rewrites Host, browser's Host %s", host)
+		if code == http.StatusOK {
+			admitted++
+		}
+	}
+	t.Logf("through a proxy that rewrites Host to 127.0.0.1: %d of 4 requests admitted", admitted)
+
+	passing := proxy(e, true)
+	for host, want := range map[string]int{
+		public: http.StatusOK, public + ":443": http.StatusOK,
+		"rebind.attacker.test": http.StatusMisdirectedRequest, "127.0.0.1:8080": http.StatusMisdirectedRequest,
+		"localhost": http.StatusMisdirectedRequest, "[::1]:8080": http.StatusMisdirectedRequest,
+	} {
+		assert.Equal(t, want, get(passing, host, nil), "through a proxy that passes Host on, Host %s", host)
+	}
+
+	// Straight to the console: the forwarding headers count for nothing.
+	for _, h := range []http.Header{{"X-Forwarded-Host": {public}}, {"Forwarded": {"host=" + public}}} {
+		assert.Equal(t, http.StatusMisdirectedRequest, get(e.srv.URL, "127.0.0.1:8080", h), "%v is not trusted", h)
+	}
+	assert.Equal(t, http.StatusOK, get(e.srv.URL, public, http.Header{"X-Forwarded-Host": {"rebind.attacker.test"}}), "only Host counts")
+
+	// The default still allows the loopback names, for a console reached
+	// on its loopback address: behind a rewriting proxy it admits anything.
+	def := setup(t, testenv.SQLite(t), &console.Config{AllowedHosts: []string{public}})
+	assert.Equal(t, http.StatusOK, get(proxy(def, false), "rebind.attacker.test", nil), "ExcludeLoopback unset")
+}
+
 func TestNewRejectsBadConfig(t *testing.T) {
 	t.Parallel()
 	db := testenv.SQLite(t)
@@ -460,6 +531,9 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	for _, field := range []string{"Secret:", "DeadLimit:", "Tenant:", "Refresh:"} {
 		assert.Contains(t, err.Error(), field)
 	}
+	_, err = console.New(store, &console.Config{ExcludeLoopback: true})
+	require.ErrorIs(t, err, console.ErrInvalidConfig, "ExcludeLoopback without AllowedHosts")
+	assert.Contains(t, err.Error(), "ExcludeLoopback:")
 	_, err = console.New(store, &console.Config{Consumers: &console.Consumers{}})
 	require.ErrorIs(t, err, console.ErrInvalidConfig, "Consumers without AMQP and Groups")
 	assert.Contains(t, err.Error(), "Consumers:")

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"slices"
 	"sort"
+	"strconv"
 
 	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/rabbitmq"
@@ -72,7 +73,7 @@ func (c *Console) consumerGroups(w http.ResponseWriter, r *http.Request) {
 	}
 	d := &groupData{Limit: c.cfg.DeadLimit}
 	for _, g := range c.cfg.Consumers.Groups {
-		dead, err := consumer.ListDeadLetters(r.Context(), c.cfg.Consumers.AMQP, g, consumer.DeadFilter{}, c.cfg.DeadLimit)
+		dead, err := c.data.groupDead(r.Context(), g, consumer.DeadFilter{}, c.cfg.DeadLimit)
 		gc := groupCount{Group: g, Count: len(dead)}
 		if err != nil {
 			gc.Err = err.Error()
@@ -87,7 +88,7 @@ func (c *Console) groupDead(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	dead, err := consumer.ListDeadLetters(r.Context(), c.cfg.Consumers.AMQP, g, consumer.DeadFilter{}, c.cfg.DeadLimit)
+	dead, err := c.data.groupDead(r.Context(), g, consumer.DeadFilter{}, c.cfg.DeadLimit)
 	if err != nil {
 		c.failBroker(w, r, err)
 		return
@@ -99,16 +100,22 @@ func (c *Console) groupDead(w http.ResponseWriter, r *http.Request) {
 // findGroupDead loads dead letter id of group, answering 404 when there is
 // none.
 func (c *Console) findGroupDead(w http.ResponseWriter, r *http.Request, g, id string) (*consumer.DeadLetter, bool) {
-	dead, err := consumer.ListDeadLetters(r.Context(), c.cfg.Consumers.AMQP, g, consumer.DeadFilter{IDs: []string{id}}, 1)
+	dead, err := c.data.groupDead(r.Context(), g, consumer.DeadFilter{IDs: []string{id}}, 1)
 	if err != nil {
 		c.failBroker(w, r, err)
 		return nil, false
 	}
 	if len(dead) == 0 {
-		c.renderError(w, r, http.StatusNotFound, fmt.Sprintf("No dead letter %q in %s: it may have been replayed or discarded.", id, g))
+		c.groupDeadNotFound(w, r, g, id)
 		return nil, false
 	}
 	return &dead[0], true
+}
+
+// groupDeadNotFound answers 404 for the dead letter id of group: there is
+// none of the console's tenant, or no longer.
+func (c *Console) groupDeadNotFound(w http.ResponseWriter, r *http.Request, g, id string) {
+	c.renderError(w, r, http.StatusNotFound, fmt.Sprintf("No dead letter %q in %s: it may have been replayed or discarded.", id, g))
 }
 
 func (c *Console) groupDeadDetail(w http.ResponseWriter, r *http.Request) {
@@ -138,7 +145,8 @@ func (c *Console) groupDeadDetail(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, http.StatusOK, "groupdetail", c.newPage(w, r, "consumers", "Dead letter "+dl.MessageID, d))
 }
 
-// groupDeadAct replays or discards one dead letter of a group.
+// groupDeadAct replays or discards one dead letter of a group, answering
+// 404 when there is none to act on.
 func (c *Console) groupDeadAct(verb string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		g, ok := c.group(w, r)
@@ -154,12 +162,16 @@ func (c *Console) groupDeadAct(verb string) http.HandlerFunc {
 		var done []consumer.DeadLetter
 		var err error
 		if verb == "replay" {
-			done, err = consumer.ReplayDeadLetters(r.Context(), c.cfg.Consumers.AMQP, g, f)
+			done, err = c.data.replayGroupDead(r.Context(), g, f)
 		} else {
-			done, err = consumer.DiscardDeadLetters(r.Context(), c.cfg.Consumers.AMQP, g, f)
+			done, err = c.data.discardGroupDead(r.Context(), g, f)
 		}
 		if err != nil {
 			c.failBroker(w, r, err)
+			return
+		}
+		if len(done) == 0 {
+			c.groupDeadNotFound(w, r, g, id)
 			return
 		}
 		past := map[string]string{"replay": "replayed", "discard": "discarded"}[verb]
@@ -170,19 +182,18 @@ func (c *Console) groupDeadAct(verb string) http.HandlerFunc {
 	}
 }
 
-// consumerFlash is the message after a replay or discard.
+// consumerFlash is the message after a replay or discard: built from the
+// query, never taken from it.
 func consumerFlash(q url.Values) string {
-	switch n := q.Get("n"); q.Get("done") {
+	n, err := strconv.Atoi(q.Get("n"))
+	if err != nil || n < 1 {
+		return ""
+	}
+	switch q.Get("done") {
 	case "replayed":
-		if n == "0" {
-			return "Nothing was replayed: the dead letter is gone."
-		}
-		return "Replayed " + n + " dead letter: it is back in the group's processing; the inbox skips it if it was applied meanwhile."
+		return fmt.Sprintf("Replayed %d dead letter: it is back in the group's processing; the inbox skips it if it was applied meanwhile.", n)
 	case "discarded":
-		if n == "0" {
-			return "Nothing was discarded: the dead letter is gone."
-		}
-		return "Discarded " + n + " dead letter."
+		return fmt.Sprintf("Discarded %d dead letter.", n)
 	}
 	return ""
 }

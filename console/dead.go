@@ -71,17 +71,17 @@ func (c *Console) deadList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	rows, err := c.store.ListDead(ctx, f, c.cfg.DeadLimit)
+	rows, err := c.data.listDead(ctx, f, c.cfg.DeadLimit)
 	if err != nil {
 		c.fail(w, r, err)
 		return
 	}
-	total, err := c.store.CountDead(ctx, f)
+	total, err := c.data.countDead(ctx, f)
 	if err != nil {
 		c.fail(w, r, err)
 		return
 	}
-	groups, err := c.store.Breakdown(ctx, &outbox.StatsOpts{Tenant: f.Tenant})
+	groups, err := c.data.breakdown(ctx, f.Tenant)
 	if err != nil {
 		c.fail(w, r, err)
 		return
@@ -100,7 +100,7 @@ func (c *Console) deadList(w http.ResponseWriter, r *http.Request) {
 	if c.cfg.Tenant == "" {
 		all := groups
 		if f.Tenant != "" {
-			if all, err = c.store.Breakdown(ctx, nil); err != nil {
+			if all, err = c.data.breakdown(ctx, ""); err != nil {
 				c.fail(w, r, err)
 				return
 			}
@@ -115,16 +115,22 @@ func (c *Console) deadList(w http.ResponseWriter, r *http.Request) {
 // findDead loads the dead letter id (of the console's tenant), answering
 // 404 when there is none.
 func (c *Console) findDead(w http.ResponseWriter, r *http.Request, id string) (*outbox.Message, bool) {
-	rows, err := c.store.ListDead(r.Context(), outbox.Filter{IDs: []string{id}, Tenant: c.cfg.Tenant}, 1)
+	rows, err := c.data.listDead(r.Context(), outbox.Filter{IDs: []string{id}}, 1)
 	if err != nil {
 		c.fail(w, r, err)
 		return nil, false
 	}
 	if len(rows) == 0 {
-		c.renderError(w, r, http.StatusNotFound, fmt.Sprintf("No dead letter with id %q: it may have been requeued or discarded.", id))
+		c.deadNotFound(w, r, id)
 		return nil, false
 	}
 	return &rows[0], true
+}
+
+// deadNotFound answers 404 for the dead letter id: there is none of the
+// console's tenant, or no longer.
+func (c *Console) deadNotFound(w http.ResponseWriter, r *http.Request, id string) {
+	c.renderError(w, r, http.StatusNotFound, fmt.Sprintf("No dead letter with id %q: it may have been requeued or discarded.", id))
 }
 
 func (c *Console) deadDetail(w http.ResponseWriter, r *http.Request) {
@@ -152,28 +158,38 @@ func (c *Console) deadDetail(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, http.StatusOK, "detail", p)
 }
 
-// requeueOne moves one dead letter back to new.
+// requeueOne moves one dead letter back to new, answering 404 when there
+// is none to move.
 func (c *Console) requeueOne(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	n, err := c.store.Requeue(r.Context(), outbox.Filter{IDs: []string{id}, Tenant: c.cfg.Tenant}, false)
+	n, err := c.data.requeue(r.Context(), outbox.Filter{IDs: []string{id}})
 	if err != nil {
 		c.fail(w, r, err)
+		return
+	}
+	if n == 0 {
+		c.deadNotFound(w, r, id)
 		return
 	}
 	c.cfg.Logger.InfoContext(r.Context(), "console: requeued dead letter", "id", id, "rows", n)
 	c.afterAction(w, r, "requeued", n)
 }
 
-// discardOne deletes one dead letter; the form must confirm it.
+// discardOne deletes one dead letter; the form must confirm it. It answers
+// 404 when there is none to delete.
 func (c *Console) discardOne(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if r.PostForm.Get("confirm") != "yes" {
 		c.renderError(w, r, http.StatusBadRequest, "Discarding deletes the event for good: tick the confirmation box on the dead letter's page.")
 		return
 	}
-	n, err := c.store.Discard(r.Context(), outbox.Filter{IDs: []string{id}, Tenant: c.cfg.Tenant}, false)
+	n, err := c.data.discard(r.Context(), outbox.Filter{IDs: []string{id}})
 	if err != nil {
 		c.fail(w, r, err)
+		return
+	}
+	if n == 0 {
+		c.deadNotFound(w, r, id)
 		return
 	}
 	c.cfg.Logger.InfoContext(r.Context(), "console: discarded dead letter", "id", id, "rows", n)
@@ -191,7 +207,7 @@ func (c *Console) requeueTopic(w http.ResponseWriter, r *http.Request) {
 		c.renderError(w, r, http.StatusBadRequest, "Requeue by topic needs a topic.")
 		return
 	}
-	n, err := c.store.Requeue(r.Context(), f, false)
+	n, err := c.data.requeue(r.Context(), f)
 	if err != nil {
 		c.fail(w, r, err)
 		return

@@ -49,6 +49,15 @@
 // error of the store renders a 500 page with the error's message and is
 // logged.
 //
-// [Config].Tenant locks the console to one tenant: it shows only that
-// tenant's rows and can only change those.
+// It answers only to the names in [Config].AllowedHosts and, unless
+// [Config].ExcludeLoopback is set, the loopback names, by the Host header
+// alone (X-Forwarded-Host is never read); any other Host gets 421, which
+// stops DNS rebinding. Behind a reverse proxy on the same machine, have the
+// proxy pass the browser's Host on, list the console's public name and set
+// ExcludeLoopback.
+//
+// [Config].Tenant locks the console to one tenant on every page and action:
+// the outbox, the consumer groups' dead letters and the unroutable events.
+// Lists show only that tenant's; a page or action for another tenant's id
+// answers 404 and changes nothing.
 package console

@@ -70,18 +70,17 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	opts := &outbox.StatsOpts{Tenant: t}
-	st, err := c.store.Stats(ctx, opts)
+	st, err := c.data.stats(ctx, t)
 	if err != nil {
 		c.fail(w, r, err)
 		return
 	}
-	groups, err := c.store.Breakdown(ctx, opts)
+	groups, err := c.data.breakdown(ctx, t)
 	if err != nil {
 		c.fail(w, r, err)
 		return
 	}
-	activity, err := c.store.Activity(ctx, ChartMinutes, opts)
+	activity, err := c.data.activity(ctx, ChartMinutes, t)
 	if err != nil {
 		c.fail(w, r, err)
 		return
@@ -95,7 +94,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		d.Counts = append(d.Counts, statusCount{Status: s, Count: st.Counts[s]})
 		d.Total += st.Counts[s]
 	}
-	now := c.store.Config().Clock.Now()
+	now := c.data.now()
 	d.ByTopic = backlog(groups, func(g outbox.Group) string { return g.Topic }, now)
 	if t == "" {
 		d.ByTenant = backlog(groups, func(g outbox.Group) string { return g.Tenant }, now)

@@ -32,7 +32,7 @@ func (c *Console) unroutableList(w http.ResponseWriter, r *http.Request) {
 		c.notFound(w, r)
 		return
 	}
-	parked, err := rabbitmq.ListUnroutable(r.Context(), c.cfg.Unroutable, nil, unroutableScanLimit)
+	parked, err := c.data.listUnroutable(r.Context(), rabbitmq.UnroutableFilter{}, unroutableScanLimit)
 	if err != nil {
 		c.failBroker(w, r, err)
 		return
@@ -69,7 +69,7 @@ func (c *Console) unroutableReplay(w http.ResponseWriter, r *http.Request) {
 		c.renderError(w, r, http.StatusBadRequest, "Replay needs an event type.")
 		return
 	}
-	replayed, back, err := rabbitmq.ReplayUnroutable(r.Context(), c.cfg.Unroutable, []string{t})
+	replayed, back, err := c.data.replayUnroutable(r.Context(), rabbitmq.UnroutableFilter{EventTypes: []string{t}})
 	if err != nil {
 		c.failBroker(w, r, err)
 		return

@@ -48,7 +48,10 @@ type DeadLetter struct {
 // DeadFilter selects dead letters; its zero value selects all.
 type DeadFilter struct {
 	// IDs, when set, selects those message ids only.
-	IDs       []string
+	IDs []string
+	// TenantID, when set, selects that tenant's dead letters only (the
+	// messaging.MetaTenantID header, DeadLetter.TenantID).
+	TenantID  string
 	EventType string
 	// AggregateType and AggregateID select an aggregate type, or one
 	// aggregate when both are set.
@@ -61,6 +64,7 @@ type DeadFilter struct {
 func (f DeadFilter) match(d DeadLetter, now time.Time) bool {
 	switch {
 	case len(f.IDs) > 0 && !slices.Contains(f.IDs, d.MessageID),
+		f.TenantID != "" && f.TenantID != d.TenantID,
 		f.EventType != "" && f.EventType != d.EventType,
 		f.AggregateType != "" && f.AggregateType != d.AggregateType,
 		f.AggregateID != "" && f.AggregateID != d.AggregateID,

@@ -221,7 +221,7 @@ func prepare(cfg *Config, m metrics) (Config, []job, error) {
 // countUnroutable counts the parked events by type, sets the gauge and
 // logs each type.
 func countUnroutable(ctx context.Context, c Config, gauge *prometheus.GaugeVec) error {
-	parked, err := rabbitmq.ListUnroutable(ctx, c.Unroutable, nil, unroutableScan)
+	parked, err := rabbitmq.ListUnroutable(ctx, c.Unroutable, rabbitmq.UnroutableFilter{}, unroutableScan)
 	if err != nil {
 		return err
 	}

@@ -13,7 +13,7 @@ import (
 
 // console serves the web console until ctx is done (SIGINT or SIGTERM).
 func (c *cli) console(ctx context.Context, args []string) error {
-	fs := c.newFlags("console", "[--addr 127.0.0.1:8081] [--host NAME]... [--read-only] [--show-payloads] [--tenant T] [--refresh 10s]")
+	fs := c.newFlags("console", "[--addr 127.0.0.1:8081] [--host NAME]... [--exclude-loopback] [--read-only] [--show-payloads] [--tenant T] [--refresh 10s]")
 	addr := fs.String("addr", "127.0.0.1:8081", "listen address; the console has no login, so keep it internal")
 	readOnly := fs.Bool("read-only", false, "no requeue or discard buttons; every POST is refused")
 	payloads := fs.Bool("show-payloads", false, "show dead letters' payloads and metadata")
@@ -21,11 +21,15 @@ func (c *cli) console(ctx context.Context, args []string) error {
 	refresh := fs.Duration("refresh", 0, "reload the overview at this interval (0: never)")
 	var hosts stringsFlag
 	fs.Var(&hosts, "host", "a name operators reach the console by, besides the loopback names and --addr's host (repeatable)")
+	noLoopback := fs.Bool("exclude-loopback", false, "refuse the loopback names as Host: behind a reverse proxy on this machine, which must pass the browser's Host on")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *refresh < 0 {
 		return usagef("--refresh must not be negative")
+	}
+	if *noLoopback && len(hosts) == 0 {
+		return usagef("--exclude-loopback needs a --host: the name the reverse proxy passes on as Host")
 	}
 	st, done, err := c.store(ctx)
 	if err != nil {
@@ -33,8 +37,9 @@ func (c *cli) console(ctx context.Context, args []string) error {
 	}
 	defer done()
 	cfg := &console.Config{ReadOnly: *readOnly, ShowPayloads: *payloads, Tenant: *tenant, Refresh: *refresh,
-		AllowedHosts: hosts}
-	if host, _, err := net.SplitHostPort(*addr); err == nil && host != "" && !net.ParseIP(host).IsUnspecified() {
+		AllowedHosts: hosts, ExcludeLoopback: *noLoopback}
+	if host, _, err := net.SplitHostPort(*addr); err == nil && host != "" && !net.ParseIP(host).IsUnspecified() &&
+		!(*noLoopback && isLoopback(host)) {
 		cfg.AllowedHosts = append(cfg.AllowedHosts, host)
 	}
 	if secret := c.getenv("BENTO_CONSOLE_SECRET"); secret != "" {

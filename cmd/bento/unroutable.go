@@ -57,7 +57,7 @@ func (c *cli) unroutable(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	parked, err := rabbitmq.ListUnroutable(ctx, cfg, types, 100_000)
+	parked, err := rabbitmq.ListUnroutable(ctx, cfg, rabbitmq.UnroutableFilter{EventTypes: types}, 100_000)
 	if err != nil {
 		return err
 	}
@@ -109,7 +109,7 @@ func (c *cli) unroutable(ctx context.Context, args []string) error {
 	if err := c.confirm(*yes, fmt.Sprintf("replay %d %s? Declare the queue of the group that missed them first; the inbox skips what a group applied already.", len(parked), what)); err != nil {
 		return err
 	}
-	replayed, back, err := rabbitmq.ReplayUnroutable(ctx, cfg, types)
+	replayed, back, err := rabbitmq.ReplayUnroutable(ctx, cfg, rabbitmq.UnroutableFilter{EventTypes: types})
 	if err != nil {
 		return fmt.Errorf("replay: %w (%d replayed before the error)", err, len(replayed))
 	}

@@ -1,0 +1,112 @@
+package console
+
+import (
+	"context"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/bentoevents/bento/consumer"
+	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/rabbitmq"
+)
+
+// scope is how every page and action reaches what it shows or changes:
+// the outbox, the consumer groups' dead letters and the unroutable queue.
+// It is the one place that narrows them to Config.Tenant: with a tenant
+// set, each read and change below selects that tenant's rows and messages
+// only, whatever filter the handler passes. The handlers hold no store or
+// broker of their own, and a test of the package fails when a file other
+// than this one calls the outbox store or the dead-letter and unroutable
+// functions.
+type scope struct {
+	// tenant is Config.Tenant: "" for every tenant.
+	tenant     string
+	store      *outbox.Store
+	consumers  *Consumers
+	unroutable *rabbitmq.Config
+}
+
+// outboxFilter returns f narrowed to the scope's tenant.
+func (s scope) outboxFilter(f outbox.Filter) outbox.Filter {
+	if s.tenant != "" {
+		f.Tenant = s.tenant
+	}
+	return f
+}
+
+// statsOpts narrows the figures to t ("" for all), or to the scope's
+// tenant when it has one.
+func (s scope) statsOpts(t string) *outbox.StatsOpts {
+	if s.tenant != "" {
+		t = s.tenant
+	}
+	return &outbox.StatsOpts{Tenant: t}
+}
+
+func (s scope) listDead(ctx context.Context, f outbox.Filter, limit int) ([]outbox.Message, error) {
+	return s.store.ListDead(ctx, s.outboxFilter(f), limit)
+}
+
+func (s scope) countDead(ctx context.Context, f outbox.Filter) (int64, error) {
+	return s.store.CountDead(ctx, s.outboxFilter(f))
+}
+
+func (s scope) requeue(ctx context.Context, f outbox.Filter) (int64, error) {
+	return s.store.Requeue(ctx, s.outboxFilter(f), false)
+}
+
+func (s scope) discard(ctx context.Context, f outbox.Filter) (int64, error) {
+	return s.store.Discard(ctx, s.outboxFilter(f), false)
+}
+
+func (s scope) stats(ctx context.Context, t string) (*outbox.Stats, error) {
+	return s.store.Stats(ctx, s.statsOpts(t))
+}
+
+func (s scope) breakdown(ctx context.Context, t string) ([]outbox.Group, error) {
+	return s.store.Breakdown(ctx, s.statsOpts(t))
+}
+
+func (s scope) activity(ctx context.Context, minutes int, t string) ([]outbox.Minute, error) {
+	return s.store.Activity(ctx, minutes, s.statsOpts(t))
+}
+
+// now is the store's clock.
+func (s scope) now() time.Time { return s.store.Config().Clock.Now() }
+
+// deadFilter returns f narrowed to the scope's tenant.
+func (s scope) deadFilter(f consumer.DeadFilter) consumer.DeadFilter {
+	if s.tenant != "" {
+		f.TenantID = s.tenant
+	}
+	return f
+}
+
+func (s scope) groupDead(ctx context.Context, group string, f consumer.DeadFilter, limit int) ([]consumer.DeadLetter, error) {
+	return consumer.ListDeadLetters(ctx, s.consumers.AMQP, group, s.deadFilter(f), limit)
+}
+
+func (s scope) replayGroupDead(ctx context.Context, group string, f consumer.DeadFilter) ([]consumer.DeadLetter, error) {
+	return consumer.ReplayDeadLetters(ctx, s.consumers.AMQP, group, s.deadFilter(f))
+}
+
+func (s scope) discardGroupDead(ctx context.Context, group string, f consumer.DeadFilter) ([]consumer.DeadLetter, error) {
+	return consumer.DiscardDeadLetters(ctx, s.consumers.AMQP, group, s.deadFilter(f))
+}
+
+// unroutableFilter returns f narrowed to the scope's tenant.
+func (s scope) unroutableFilter(f rabbitmq.UnroutableFilter) rabbitmq.UnroutableFilter {
+	if s.tenant != "" {
+		f.TenantID = s.tenant
+	}
+	return f
+}
+
+func (s scope) listUnroutable(ctx context.Context, f rabbitmq.UnroutableFilter, limit int) ([]*message.Message, error) {
+	return rabbitmq.ListUnroutable(ctx, s.unroutable, s.unroutableFilter(f), limit)
+}
+
+func (s scope) replayUnroutable(ctx context.Context, f rabbitmq.UnroutableFilter) ([]*message.Message, int, error) {
+	return rabbitmq.ReplayUnroutable(ctx, s.unroutable, s.unroutableFilter(f))
+}

@@ -1,0 +1,62 @@
+package console
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// dataPackages are the packages whose functions read or change the outbox
+// and the broker.
+var dataPackages = map[string]bool{"outbox": true, "consumer": true, "rabbitmq": true, "inbox": true}
+
+// pureFuncs are the functions of dataPackages that reach no data.
+var pureFuncs = map[string]bool{"rabbitmq.UnroutableQueue": true}
+
+// TestOnlyTheScopeReachesTheData: no file of the package but scope.go
+// calls a function of the outbox, consumer, rabbitmq or inbox packages
+// (but names), or touches a store field, so every page and action, today's
+// and tomorrow's, goes through the scope and its tenant.
+func TestOnlyTheScopeReachesTheData(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	checked := 0
+	for _, name := range files {
+		if name == "scope.go" || strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checked++
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.CallExpr:
+				sel, ok := n.Fun.(*ast.SelectorExpr)
+				if !ok {
+					return true
+				}
+				if pkg, ok := sel.X.(*ast.Ident); ok && dataPackages[pkg.Name] && !pureFuncs[pkg.Name+"."+sel.Sel.Name] {
+					t.Errorf("%s: %s.%s called outside scope.go: go through c.data, which keeps to Config.Tenant",
+						fset.Position(n.Pos()), pkg.Name, sel.Sel.Name)
+				}
+			case *ast.SelectorExpr:
+				if n.Sel.Name == "store" {
+					t.Errorf("%s: .store used outside scope.go: go through c.data, which keeps to Config.Tenant", fset.Position(n.Pos()))
+				}
+			}
+			return true
+		})
+	}
+	if checked < 5 {
+		t.Fatalf("checked %d files: not the console's directory?", checked)
+	}
+}
