@@ -89,15 +89,15 @@ func TestDeadLettersListReplayDiscard(t *testing.T) {
 	assert.Equal(t, int64(1), s.effects(t), "applied once; the discarded one never")
 }
 
-// TestConcurrentDeadLetterOperationsMissNothing: 40 aggregates of a group
-// with hold-back have one event each dead-lettered; then 40 goroutines act
+// TestConcurrentDeadLetterOperationsMissNothing: 20 aggregates of a group
+// with hold-back have one event each dead-lettered; then 20 goroutines act
 // at once on one aggregate each, as a console, the command and the API
 // would: a third replay its dead letter, a third list it and then replay
 // it, a third discard it, while console pages list them all. Every
 // operation finds its dead letter, the dead-letter queue ends empty, and
 // every replayed aggregate is applied and no longer held.
 func TestConcurrentDeadLetterOperationsMissNothing(t *testing.T) {
-	const aggregates, pageViews = 40, 8
+	const aggregates, pageViews = 20, 4
 	h := rabbitHarness(t)
 	s := buildHoldSuite(t, h, nil, func(s *holdSuite, _ *consumer.Config) {
 		s.fail = func(*messaging.Envelope) error {

@@ -27,8 +27,8 @@ type Browse struct {
 
 // Bounds of the wait for a queue another browse holds.
 const (
-	lockWaitMin = 10 * time.Millisecond
-	lockWaitMax = 500 * time.Millisecond
+	lockWaitMin = 50 * time.Millisecond
+	lockWaitMax = time.Second
 )
 
 // BrowseQueue calls fn for up to limit messages of queue on the broker of
