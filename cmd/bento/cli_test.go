@@ -620,9 +620,11 @@ func TestMaintainPartitions(t *testing.T) {
 	assert.Equal(t, 2, r.code)
 	assert.Contains(t, r.stderr, `unknown --partition "weekly"`)
 
-	// Partitions from 20 days ago, so that old ones exist to drop.
+	// Partitions from 20 days ago, so that old ones exist to drop; from
+	// midnight, so that the rows seeded an hour later land in the day's
+	// partition at any time of day.
 	now := time.Now().UTC()
-	past := now.AddDate(0, 0, -20)
+	past := now.Truncate(24*time.Hour).AddDate(0, 0, -20)
 	require.NoError(t, outbox.MigrateWith(ctx, db, &partition.MigrateOpts{
 		Partitioning: partition.Daily, Ahead: 25, Clock: fakeclock.New(past),
 	}))
