@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"gorm.io/gorm"
 
+	"github.com/bentoevents/bento/internal/dialect"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/rabbitmq"
 )
@@ -69,13 +70,13 @@ WHERE consumer = ? AND message_id IN ? AND crashes > 0`, l.group, ids).Scan(&row
 
 // start records that attempts at ids begin.
 func (l *crashLedger) start(ctx context.Context, ids []string) error {
-	args := make([]any, 0, 3*len(ids))
+	args := make([]any, 0, 5*len(ids))
 	now := time.Now().UTC()
 	for _, id := range ids {
-		args = append(args, l.group, id, now)
+		args = append(args, l.group, id, 1, 0, now)
 	}
 	q := `INSERT INTO inbox_attempts (consumer, message_id, running, crashes, updated_at) VALUES ` +
-		tuples(len(ids)) + ` ON CONFLICT (consumer, message_id) DO UPDATE SET running = 1, updated_at = excluded.updated_at`
+		dialect.Tuples(len(ids), 5) + ` ON CONFLICT (consumer, message_id) DO UPDATE SET running = 1, updated_at = excluded.updated_at`
 	if err := l.db.WithContext(ctx).Exec(q, args...).Error; err != nil {
 		return fmt.Errorf("consumer: record attempts: %w", err)
 	}
@@ -97,18 +98,6 @@ func (l *crashLedger) settle(ctx context.Context, done, kept []string) {
 	}
 	// A failure leaves a row marked running: the message's next delivery
 	// counts one crash too many, which MaxCrashes leaves room for.
-}
-
-// tuples returns n "(?, ?, 1, 0, ?)" rows.
-func tuples(n int) string {
-	b := make([]byte, 0, n*18)
-	for i := range n {
-		if i > 0 {
-			b = append(b, ", "...)
-		}
-		b = append(b, "(?, ?, 1, 0, ?)"...)
-	}
-	return string(b)
 }
 
 // deliveryCount returns how many times the broker delivered msg before:
