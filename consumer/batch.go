@@ -41,6 +41,8 @@ func (c *Consumer) applyBatch(ctx context.Context, batch []*message.Message) int
 	var again []string // redelivered messages in the batch: their attempts are recorded
 	if c.crashes != nil {
 		batch, again = c.startBatch(ctx, batch)
+	} else if i := slices.IndexFunc(batch, c.nearLimit); i >= 0 {
+		batch = batch[:i] // the single-message path dead-letters it (see Consumer.guard)
 	}
 	if len(batch) == 0 {
 		return 0

@@ -87,6 +87,9 @@ func (l *crashLedger) start(ctx context.Context, ids []string) error {
 // dead-lettered) and at kept (failed, or given back, to be tried again)
 // returned. It runs even when ctx has ended, for a few seconds.
 func (l *crashLedger) settle(ctx context.Context, done, kept []string) {
+	if l == nil { // crash counting is off
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	db := l.db.WithContext(ctx)
@@ -184,13 +187,21 @@ func (c *Consumer) watchLimit(ctx context.Context, msgs <-chan *message.Message)
 // is dead-lettered as poison, with the cause CausePoison, when doomed
 // says so (its aggregate held first, like any dead letter's); one whose
 // attempts died before runs only when no other such message of the group
-// runs in this process.
+// runs in this process. With crash counting off (MaxCrashes negative) the
+// delivery limit alone dooms a message: the broker must never be the one
+// to dead-letter it, since it would hold nothing.
 func (c *Consumer) guard(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
-		if c.crashes == nil || !redelivered(msg) {
+		if !redelivered(msg) {
 			return h(msg)
 		}
 		ctx := msg.Context()
+		if c.crashes == nil {
+			if c.nearLimit(msg) {
+				return c.crashed(ctx, msg, 0)
+			}
+			return h(msg)
+		}
 		ids := []string{msg.UUID}
 		crashes, err := c.crashes.account(ctx, ids)
 		if err != nil {
@@ -227,10 +238,12 @@ func (c *Consumer) guard(h message.HandlerFunc) message.HandlerFunc {
 
 // crashed dead-letters msg as poison after crashes crashed attempts,
 // holding its aggregate back first, unless it was applied before its
-// last process died.
+// last process died: then it lifts the hold watchLimit may have put
+// behind it.
 func (c *Consumer) crashed(ctx context.Context, msg *message.Message, crashes int) ([]*message.Message, error) {
 	ids := []string{msg.UUID}
 	if done, err := c.inbox.Processed(ctx, msg.UUID); err == nil && done {
+		c.unhold(ctx, msg)
 		c.crashes.settle(ctx, ids, nil)
 		return nil, nil // applied: its process died before the ack
 	}
