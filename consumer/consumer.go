@@ -50,7 +50,8 @@ type Consumer struct {
 	// sweepFrom is where the sweeper's next window starts (its goroutine only).
 	sweepFrom inbox.Aggregate
 	breaker   *breaker
-	crashes   *crashLedger // nil when MaxCrashes is off
+	crashes   *crashLedger  // nil when MaxCrashes is off
+	tap       *rabbitmq.Tap // copies of the dead letters; nil without a delivery limit
 	metrics   metrics
 	deadDepth func(context.Context) (int, error) // messages in the dead-letter queue; nil when unknown
 	live      atomic.Bool                        // subscribed, and Run has not returned
@@ -186,7 +187,8 @@ func NewMemory(db *gorm.DB, bus *messaging.MemoryBus, cfg *Config) (*Consumer, e
 // the durable queue named after the group. Dead letters go to the exchange
 // "<exchange>.dead" with routing key DeadLetterTopic(group), bound to the
 // durable queue "<group>.dead", declared here, so they never mix with
-// events; the partition queues' delivery limit sends poison there too.
+// events; the partition queues' delivery limit sends poison there too,
+// and a copy of each to DeadLetterTap(group), declared here as well.
 // The zero fields of amqpCfg and cfg take their defaults.
 //
 // Errors: ErrInvalidConfig, rabbitmq.ErrInvalidConfig (a nil amqpCfg
@@ -225,6 +227,14 @@ func NewAMQP(ctx context.Context, db *gorm.DB, amqpCfg *rabbitmq.Config, cfg *Co
 		return nil, err
 	}
 	c.closers = append(c.closers, dead.Close)
+	if cfg.Partitions > 0 && cfg.QueueType == rabbitmq.Quorum {
+		if err := rabbitmq.DeclareTap(ctx, &deadCfg, DeadLetterTap(cfg.Group), topic); err != nil {
+			_ = dead.Close()
+			return nil, fmt.Errorf("consumer: declare dead-letter tap: %w", err)
+		}
+		c.tap = rabbitmq.NewTap(&deadCfg, DeadLetterTap(cfg.Group))
+		c.closers = append(c.closers, c.tap.Close)
+	}
 	deadQueue := DeadLetterQueue(cfg.Group)
 	c.deadDepth = func(ctx context.Context) (int, error) { return rabbitmq.QueueDepth(ctx, amqpCfg, deadQueue) }
 	return c, nil

@@ -191,6 +191,7 @@ func (r *partitionRun) stopAll() {
 func (r *partitionRun) start(p int) {
 	ctx, cancel := context.WithCancel(withMembership(r.base, r.c.members.gen.Load()))
 	queue := messaging.PartitionQueue(r.c.cfg.Group, p)
+	r.c.readTap(ctx) // what the broker dead-lettered at the last give-back holds its aggregate first
 	msgs, err := r.sub.Subscribe(ctx, queue)
 	if err != nil {
 		cancel()
@@ -335,6 +336,7 @@ func (c *Consumer) startSweeper(ctx context.Context) (stop func()) {
 				return
 			case <-tick.C:
 				if !c.breaker.isOpen() {
+					c.readTap(ctx)
 					c.sweep(ctx, c.Partitions())
 				}
 			}

@@ -153,11 +153,24 @@ func (c *Consumer) markDead(msg *message.Message, cause string, attempts int, er
 	msg.Metadata.Set(MetaDeadCause, cause)
 	msg.Metadata.Set(MetaDeadAt, time.Now().UTC().Format(time.RFC3339Nano))
 	msg.Metadata.Set(MetaDeadAttempts, strconv.Itoa(attempts))
+	c.logDead(msg, cause, attempts, err, deadByConsumer)
+}
+
+// Who made a dead letter, as logDead logs it.
+const (
+	deadByConsumer = "consumer"
+	deadByBroker   = "broker" // past a partition queue's delivery limit
+)
+
+// logDead logs the dead letter msg at Warn: its group, event, aggregate,
+// cause, attempts and error, and who made it (deadByConsumer or
+// deadByBroker).
+func (c *Consumer) logDead(msg *message.Message, cause string, attempts int, err error, by string) {
 	md := msg.Metadata
 	c.cfg.Logger.Warn("consumer: dead letter", "group", c.cfg.Group, "message_id", msg.UUID,
 		"event_type", md.Get(messaging.MetaEventType), "tenant_id", md.Get(messaging.MetaTenantID),
 		"aggregate_type", md.Get(messaging.MetaAggregateType), "aggregate_id", md.Get(messaging.MetaAggregateID),
-		"version", md.Get(messaging.MetaAggregateVersion), "cause", cause, "attempts", attempts, "err", err)
+		"version", md.Get(messaging.MetaAggregateVersion), "cause", cause, "attempts", attempts, "err", err, "by", by)
 }
 
 // attempt runs h on msg once, within HandlerTimeout when there is one: the

@@ -64,7 +64,7 @@ func deleteTopology(ctx context.Context, cfg *rabbitmq.Config, group string, top
 		steps = append(steps,
 			func() (rabbitmq.Deleted, error) { return rabbitmq.DeletePartitions(ctx, cfg, group, opts) },
 			func() (rabbitmq.Deleted, error) {
-				return rabbitmq.DeleteQueues(ctx, cfg, []string{group, consumer.DeadLetterQueue(group)}, opts)
+				return rabbitmq.DeleteQueues(ctx, cfg, []string{group, consumer.DeadLetterQueue(group), consumer.DeadLetterTap(group)}, opts)
 			})
 	}
 	if topology {

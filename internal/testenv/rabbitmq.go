@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"strings"
 	"sync"
 	"testing"
 
@@ -68,6 +69,11 @@ func (e *Exchange) delete() {
 	e.mu.Unlock()
 	for _, ex := range []string{e.Name, e.Name + ".dead"} {
 		queues = append(queues, ex+".unroutable")
+	}
+	for _, q := range queues {
+		if strings.HasSuffix(q, ".dead") {
+			queues = append(queues, q+".tap") // a partitioned group's copies of its dead letters
+		}
 	}
 	for _, q := range queues {
 		_, _ = ch.QueueDelete(q, false, false, false)
