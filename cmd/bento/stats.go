@@ -150,10 +150,16 @@ func printStats(c *cli, rep *statsReport) error {
 	return tw.Flush()
 }
 
+// nothingPending is what `bento stats` says when no tenant has a row to
+// show: no row is pending or dead, and none was published or failed in the
+// last minute. Sent rows are not counted (their number grows without
+// bound), so the outbox may well hold many.
+const nothingPending = "nothing pending or dead; nothing published or failed in the last minute (sent rows are not counted)"
+
 // printTenants prints the per-tenant table.
 func printTenants(c *cli, rep *statsReport) error {
 	if len(rep.Tenants) == 0 {
-		fmt.Fprintln(c.stdout, "the outbox is empty")
+		fmt.Fprintln(c.stdout, nothingPending)
 		return nil
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
