@@ -15,9 +15,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
+	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/rabbitmq"
 )
 
 // The golden tests keep docs/cli.md and the binary in agreement. Each
@@ -118,8 +121,10 @@ func checkGolden(doc string, want map[string]string) (updated string, problems [
 //   - each ULID (an event id) becomes 01J000000000000000000000N, numbered
 //     in the order the ids first appear;
 //   - each RFC 3339 UTC time becomes 2026-01-02T03:04:05Z;
-//   - a JSON "..._age_seconds" value is rounded to whole minutes.
-type normalizer struct{ ids map[string]string }
+//   - a JSON "..._age_seconds" value is rounded to whole minutes;
+//   - the names of the test's exchange and group become bento.events and
+//     billing.
+type normalizer struct{ ids, names map[string]string }
 
 var (
 	ulidRE       = regexp.MustCompile(`\b[0-9A-HJKMNP-TV-Z]{26}\b`)
@@ -130,6 +135,9 @@ var (
 
 func (n *normalizer) normalize(s string) string {
 	s = trailingRE.ReplaceAllString(s, "")
+	for name, fixed := range n.names {
+		s = strings.ReplaceAll(s, name, fixed)
+	}
 	s = ulidRE.ReplaceAllStringFunc(s, func(id string) string {
 		if n.ids[id] == "" {
 			num := strconv.Itoa(len(n.ids) + 1)
@@ -148,16 +156,11 @@ func (n *normalizer) normalize(s string) string {
 	})
 }
 
-// runInProcess runs bento's run with args, DATABASE_URL=dsn and stdin,
-// and returns the exit code and what it printed.
-func runInProcess(dsn, stdin string, args ...string) result {
+// runInProcess runs bento's run with args, the environment env (nothing
+// else is set) and stdin, and returns the exit code and what it printed.
+func runInProcess(env map[string]string, stdin string, args ...string) result {
 	var out, errb bytes.Buffer
-	getenv := func(k string) string {
-		if k == "DATABASE_URL" {
-			return dsn
-		}
-		return ""
-	}
+	getenv := func(k string) string { return env[k] }
 	code := run(context.Background(), args, strings.NewReader(stdin), &out, &errb, getenv)
 	return result{code: code, stdout: out.String(), stderr: errb.String()}
 }
@@ -187,7 +190,7 @@ func goldenHelp(t *testing.T) map[string]string {
 	t.Helper()
 	want := map[string]string{}
 	for _, args := range helpKeys() {
-		r := runInProcess("", "", args...)
+		r := runInProcess(nil, "", args...)
 		key := strings.Join(args, " ")
 		require.Equal(t, exitOK, r.code, "bento %s exits 0", key)
 		require.Empty(t, r.stderr, "bento %s prints its usage on stdout", key)
@@ -202,11 +205,22 @@ func goldenHelp(t *testing.T) map[string]string {
 func goldenRuns(t *testing.T) map[string]string {
 	t.Helper()
 	db, dsn := testenv.Postgres(t)
-	norm := &normalizer{ids: map[string]string{}}
+	return sampler(t, map[string]string{"DATABASE_URL": dsn}, &normalizer{ids: map[string]string{}}, func(sample sampleFunc) {
+		seededRuns(t, db, dsn, sample)
+	})
+}
+
+// sampleFunc runs bento with args and stdin as the sample run key.
+type sampleFunc func(key, stdin string, args ...string)
+
+// sampler calls runs with a sampleFunc that runs bento in env, and returns
+// the golden text of each sample run by key ("run: KEY").
+func sampler(t *testing.T, env map[string]string, norm *normalizer, runs func(sampleFunc)) map[string]string {
+	t.Helper()
 	want := map[string]string{}
-	sample := func(key, stdin string, args ...string) {
+	runs(func(key, stdin string, args ...string) {
 		t.Helper()
-		r := runInProcess(dsn, stdin, args...)
+		r := runInProcess(env, stdin, args...)
 		require.Equal(t, exitOK, r.code, "bento %v: %s", args, r.stderr)
 		// As a terminal shows it: the question on stderr with the
 		// answer typed, then the output.
@@ -215,7 +229,14 @@ func goldenRuns(t *testing.T) map[string]string {
 			text += "\n"
 		}
 		want["run: "+key] = norm.normalize(text)
-	}
+	})
+	return want
+}
+
+// seededRuns runs the samples of the database commands on the schema of
+// db.
+func seededRuns(t *testing.T, db *gorm.DB, dsn string, sample sampleFunc) {
+	t.Helper()
 	sample("migrate up", "", "migrate", "up")
 	sample("migrate status", "", "migrate", "status")
 
@@ -267,7 +288,26 @@ func goldenRuns(t *testing.T) map[string]string {
 	}
 	sample("inbox purge --dry-run", "", "inbox", "purge", "--older-than", "30d", "--dry-run")
 	sample("idempotency purge", "", "idempotency", "purge", "--yes")
-	return want
+}
+
+// goldenBrokerRuns runs the samples of the RabbitMQ commands on a fresh
+// exchange, named bento.events in the output, with a group named billing.
+func goldenBrokerRuns(t *testing.T) map[string]string {
+	t.Helper()
+	b := newBroker(t)
+	group := "gold" + aggregate.NewID()[18:]
+	b.ex.Partitioned(group, 2)
+	env := map[string]string{"AMQP_URL": b.ex.URL, "BENTO_EXCHANGE": b.ex.Name}
+	norm := &normalizer{ids: map[string]string{}, names: map[string]string{b.ex.Name: rabbitmq.DefaultExchange, group: "billing"}}
+	return sampler(t, env, norm, func(sample sampleFunc) {
+		b.publish(t, "invoice.sent")
+		require.Eventually(t, func() bool { return b.depth(t, rabbitmq.UnroutableQueue(b.ex.Name)) == 1 },
+			10*time.Second, 20*time.Millisecond)
+		sample("unroutable list", "", "unroutable", "list")
+		sample("consumer declare", "", "consumer", "declare", "--group", group, "--event-type", "invoice.*", "--partitions", "2")
+		sample("unroutable replay", "", "unroutable", "replay", "--yes")
+		sample("consumer delete --dry-run", "", "consumer", "delete", "--group", group, "--dry-run")
+	})
 }
 
 // TestGoldenDocs checks every golden block of docs/cli.md against what
@@ -275,6 +315,9 @@ func goldenRuns(t *testing.T) map[string]string {
 func TestGoldenDocs(t *testing.T) {
 	want := goldenHelp(t)
 	for k, v := range goldenRuns(t) {
+		want[k] = v
+	}
+	for k, v := range goldenBrokerRuns(t) {
 		want[k] = v
 	}
 	raw, err := os.ReadFile(cliDoc)
