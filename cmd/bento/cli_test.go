@@ -464,7 +464,7 @@ func TestSQLiteDatabaseURL(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	r = bento(t, dsn, "", "stats")
 	require.Equal(t, 0, r.code, r.stderr)
-	assert.Equal(t, nothingPending+"\n", r.stdout, "the rows may all be sent: it says nothing is pending, not that the outbox is empty")
+	assert.Equal(t, nothingPending("")+"\n", r.stdout, "the rows may all be sent: it says nothing is pending, not that the outbox is empty")
 }
 
 func TestBadArgumentsExitTwo(t *testing.T) {
@@ -550,6 +550,7 @@ func TestThingsCount(t *testing.T) {
 	assert.Equal(t, "1 dead event with topic x", what.n(1))
 	assert.Equal(t, "2 dead events with topic x", what.n(2))
 	assert.Equal(t, "no dead events", describe(outbox.Filter{}).n(0), "no filter: no qualifier")
+	assert.Equal(t, "2 dead events with ids a, b and topic x", describe(outbox.Filter{IDs: []string{"a", "b"}, Topic: "x"}).n(2))
 	assert.Equal(t, "", olderThan("published", 0), "a zero age selects every age")
 	assert.Equal(t, " published more than 7d ago", olderThan("published", 7*24*time.Hour))
 }

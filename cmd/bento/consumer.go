@@ -50,7 +50,7 @@ func (c *cli) deadLetterTarget(fs *flag.FlagSet, f deadLetterFlags, ids []string
 func describeDead(group string, f consumer.DeadFilter) things {
 	var parts []string
 	if len(f.IDs) > 0 {
-		parts = append(parts, "id "+strings.Join(f.IDs, ", "))
+		parts = append(parts, describeIDs(f.IDs))
 	}
 	if f.EventType != "" {
 		parts = append(parts, "event type "+f.EventType)

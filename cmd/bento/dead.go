@@ -40,7 +40,7 @@ func (f filterFlags) filter(ids []string) (outbox.Filter, error) {
 func describe(f outbox.Filter) things {
 	var parts []string
 	if len(f.IDs) > 0 {
-		parts = append(parts, "id "+strings.Join(f.IDs, ", "))
+		parts = append(parts, describeIDs(f.IDs))
 	}
 	if f.Tenant != "" {
 		parts = append(parts, "tenant "+f.Tenant)

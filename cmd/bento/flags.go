@@ -136,6 +136,14 @@ func describeAggregate(typ, id string) string {
 	return "aggregate " + typ + "/" + id
 }
 
+// describeIDs says in words a list of ids: "id A", "ids A, B".
+func describeIDs(ids []string) string {
+	if len(ids) == 1 {
+		return "id " + ids[0]
+	}
+	return "ids " + strings.Join(ids, ", ")
+}
+
 // humanAge prints an age rounded for people: 3d4h, 5h12m, 4m3s, 850ms,
 // without zero trailing units (7d, 2h, 5m); "-" for none.
 func humanAge(d time.Duration) string {

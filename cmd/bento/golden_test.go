@@ -253,6 +253,7 @@ func seededRuns(t *testing.T, db *gorm.DB, dsn string, sample sampleFunc) {
 		event{tenant: "acme", topic: "order.placed", status: outbox.StatusSent},
 	)
 	sample("stats, drained", "", "stats")
+	sample("stats --tenant, drained", "", "stats", "--tenant", "acme")
 	sample("dead list, none", "", "dead", "list")
 
 	ids := e.seed(t,
