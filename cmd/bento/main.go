@@ -122,6 +122,8 @@ var commands = []command{
 	{"unroutable replay", "publish the unroutable events again, once their queues exist", unroutableVerb("replay")},
 }
 
+// deadAct, consumerDeadAct and unroutableVerb bind the verb of the
+// commands that share one implementation.
 func deadAct(verb string) func(c *cli, ctx context.Context, args []string) error {
 	return func(c *cli, ctx context.Context, args []string) error { return c.deadAct(ctx, verb, args) }
 }
