@@ -302,12 +302,12 @@ func TestDeadRequeueMovesExactlyTheFilteredRows(t *testing.T) {
 
 	r = bento(t, e.dsn, "y\n", "dead", "requeue", ids[2])
 	require.Equal(t, 0, r.code, r.stderr)
-	assert.Contains(t, r.stdout, "requeued 1 dead events with id "+ids[2])
+	assert.Contains(t, r.stdout, "requeued 1 dead event with id "+ids[2])
 	assert.Equal(t, outbox.StatusNew, e.statusOf(t, ids[2])[0])
 
 	r = bento(t, e.dsn, "", "dead", "requeue", "--all", "--yes")
 	require.Equal(t, 0, r.code, r.stderr)
-	assert.Contains(t, r.stdout, "no all dead events: nothing to requeue")
+	assert.Contains(t, r.stdout, "no dead events: nothing to requeue")
 }
 
 func TestDeadRequeueByAggregateAndDiscard(t *testing.T) {
@@ -329,7 +329,7 @@ func TestDeadRequeueByAggregateAndDiscard(t *testing.T) {
 
 	r = bento(t, e.dsn, "", "dead", "discard", "--aggregate", "cart", "--dry-run")
 	require.Equal(t, 0, r.code, r.stderr)
-	assert.Contains(t, r.stdout, "would discard 1 dead events with aggregate cart")
+	assert.Contains(t, r.stdout, "would discard 1 dead event with aggregate cart")
 	assert.Equal(t, outbox.StatusDead, e.statusOf(t, ids[2])[0])
 
 	r = bento(t, e.dsn, "yes\n", "dead", "discard", "--aggregate", "cart")
@@ -365,7 +365,7 @@ func TestPurgeRemovesOnlyWhatItSays(t *testing.T) {
 
 	r := bento(t, e.dsn, "", "purge", "--sent-older-than", "7d", "--dry-run")
 	require.Equal(t, 0, r.code, r.stderr)
-	assert.Contains(t, r.stdout, "would delete 3 sent outbox rows published more than 7d0h ago")
+	assert.Contains(t, r.stdout, "would delete 3 sent outbox rows published more than 7d ago")
 	assert.Equal(t, int64(6), count(), "a dry run deletes nothing")
 
 	r = bento(t, e.dsn, "", "purge", "--sent-older-than", "7d", "--tenant", "acme", "--yes")
@@ -464,7 +464,7 @@ func TestSQLiteDatabaseURL(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	r = bento(t, dsn, "", "stats")
 	require.Equal(t, 0, r.code, r.stderr)
-	assert.Equal(t, "the outbox is empty\n", r.stdout)
+	assert.Equal(t, nothingPending("")+"\n", r.stdout, "the rows may all be sent: it says nothing is pending, not that the outbox is empty")
 }
 
 func TestBadArgumentsExitTwo(t *testing.T) {
@@ -476,6 +476,9 @@ func TestBadArgumentsExitTwo(t *testing.T) {
 	}{
 		{"no command", "", nil, "usage: bento <command>"},
 		{"unknown command", "", []string{"frobnicate"}, `unknown command "frobnicate"`},
+		{"group without a command", "", []string{"dead"}, "usage: bento dead <command>"},
+		{"unknown command of a group", "", []string{"consumer", "dead", "frob"}, `bento consumer dead: unknown command "frob"`},
+		{"inbox without purge", "", []string{"inbox", "--older-than", "1d"}, `bento inbox: unknown command "--older-than"`},
 		{"unknown flag", "", []string{"stats", "--bogus"}, "flag provided but not defined: -bogus"},
 		{"missing required flag", "", []string{"purge", "--dry-run"}, "--sent-older-than is required"},
 		{"bad age", "", []string{"purge", "--sent-older-than", "7x"}, `bad age "7x"`},
@@ -522,6 +525,34 @@ func TestParseAge(t *testing.T) {
 		_, err := parseAge(in)
 		assert.Error(t, err, in)
 	}
+}
+
+func TestHumanAge(t *testing.T) {
+	t.Parallel()
+	for d, want := range map[time.Duration]string{
+		0: "-", -time.Second: "-", 850 * time.Millisecond: "850ms", 10 * time.Second: "10s", 4*time.Minute + 3*time.Second: "4m3s",
+		4 * time.Minute: "4m", time.Hour: "1h", 5*time.Hour + 12*time.Minute: "5h12m", 7 * 24 * time.Hour: "7d",
+		3*24*time.Hour + 4*time.Hour: "3d4h", 30 * 24 * time.Hour: "30d",
+	} {
+		assert.Equal(t, want, humanAge(d), "%v", d)
+		if d > time.Second {
+			back, err := parseAge(want)
+			require.NoError(t, err, want)
+			assert.Equal(t, d, back, "%s parses back", want)
+		}
+	}
+}
+
+func TestThingsCount(t *testing.T) {
+	t.Parallel()
+	what := things{noun: "dead event", qualifier: " with topic x"}
+	assert.Equal(t, "no dead events with topic x", what.n(0))
+	assert.Equal(t, "1 dead event with topic x", what.n(1))
+	assert.Equal(t, "2 dead events with topic x", what.n(2))
+	assert.Equal(t, "no dead events", describe(outbox.Filter{}).n(0), "no filter: no qualifier")
+	assert.Equal(t, "2 dead events with ids a, b and topic x", describe(outbox.Filter{IDs: []string{"a", "b"}, Topic: "x"}).n(2))
+	assert.Equal(t, "", olderThan("published", 0), "a zero age selects every age")
+	assert.Equal(t, " published more than 7d ago", olderThan("published", 7*24*time.Hour))
 }
 
 // fieldLines returns the lines of s with their fields joined by one space,

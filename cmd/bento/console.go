@@ -20,7 +20,7 @@ func (c *cli) console(ctx context.Context, args []string) error {
 	tenant := fs.String("tenant", "", "only this tenant")
 	refresh := fs.Duration("refresh", 0, "reload the overview at this interval (0: never)")
 	var hosts stringsFlag
-	fs.Var(&hosts, "host", "a name operators reach the console by, besides the loopback names and --addr's host (repeatable)")
+	fs.Var(&hosts, "host", "a `NAME` operators reach the console by, besides the loopback names and --addr's host (repeatable)")
 	noLoopback := fs.Bool("exclude-loopback", false, "refuse the loopback names as Host: behind a reverse proxy on this machine, which must pass the browser's Host on")
 	if err := parseFlags(fs, args); err != nil {
 		return err

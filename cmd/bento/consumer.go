@@ -13,40 +13,6 @@ import (
 	"github.com/bentoevents/bento/rabbitmq"
 )
 
-// consumerCmd runs "bento consumer dead ...": a consumer group's dead
-// letters on RabbitMQ.
-func (c *cli) consumerCmd(ctx context.Context, args []string) error {
-	if len(args) > 0 && args[0] == "declare" {
-		return c.consumerDeclare(ctx, args[1:])
-	}
-	if len(args) > 0 && args[0] == "delete" {
-		return c.consumerDelete(ctx, args[1:])
-	}
-	if len(args) == 0 || args[0] != "dead" {
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
-			fmt.Fprintln(c.stdout, "usage: bento consumer dead list|show|replay|discard --group G ... (bento consumer dead <command> -h for its flags)")
-			return errHelp
-		}
-		return usagef("want: consumer dead list|show|replay|discard, consumer declare or consumer delete")
-	}
-	args = args[1:]
-	if len(args) == 0 {
-		return usagef("want list, show, replay or discard (see -h)")
-	}
-	switch args[0] {
-	case "list":
-		return c.consumerDeadList(ctx, args[1:])
-	case "show":
-		return c.consumerDeadShow(ctx, args[1:])
-	case "replay", "discard":
-		return c.consumerDeadAct(ctx, args[0], args[1:])
-	case "-h", "-help", "--help":
-		fmt.Fprintln(c.stdout, "usage: bento consumer dead list|show|replay|discard --group G ... (bento consumer dead <command> -h for its flags)")
-		return errHelp
-	}
-	return usagef("unknown consumer dead command %q: want list, show, replay or discard", args[0])
-}
-
 // deadLetterFlags are the flags that select a group's dead letters.
 type deadLetterFlags struct {
 	group, exchange, eventType, aggregate, cause *string
@@ -62,7 +28,7 @@ func addDeadLetterFlags(fs *flag.FlagSet) deadLetterFlags {
 		cause:     fs.String("cause", "", "only this cause: decode, permanent, failed, gap or poison"),
 		olderThan: &ageFlag{},
 	}
-	fs.Var(f.olderThan, "older-than", "only dead letters given up at least this long ago (30m, 2h, 7d)")
+	fs.Var(f.olderThan, "older-than", "only dead letters given up `AGE` ago or earlier (30m, 2h, 7d)")
 	return f
 }
 
@@ -81,10 +47,10 @@ func (c *cli) deadLetterTarget(fs *flag.FlagSet, f deadLetterFlags, ids []string
 }
 
 // describeDead says in words which dead letters f selects.
-func describeDead(group string, f consumer.DeadFilter) string {
+func describeDead(group string, f consumer.DeadFilter) things {
 	var parts []string
 	if len(f.IDs) > 0 {
-		parts = append(parts, "id "+strings.Join(f.IDs, ", "))
+		parts = append(parts, describeIDs(f.IDs))
 	}
 	if f.EventType != "" {
 		parts = append(parts, "event type "+f.EventType)
@@ -96,11 +62,11 @@ func describeDead(group string, f consumer.DeadFilter) string {
 		parts = append(parts, "cause "+f.Cause)
 	}
 	if f.OlderThan > 0 {
-		parts = append(parts, "older than "+f.OlderThan.String())
+		parts = append(parts, "given up more than "+humanAge(f.OlderThan)+" ago")
 	}
-	what := "dead letters of " + group
+	what := things{noun: "dead letter", qualifier: " of " + group}
 	if len(parts) > 0 {
-		what += " with " + strings.Join(parts, " and ")
+		what.qualifier += " with " + strings.Join(parts, " and ")
 	}
 	return what
 }
@@ -128,7 +94,7 @@ func (c *cli) consumerDeadList(ctx context.Context, args []string) error {
 		return c.printJSON(deadLettersJSON(dead, false))
 	}
 	if len(dead) == 0 {
-		fmt.Fprintln(c.stdout, "no "+describeDead(*ff.group, f))
+		fmt.Fprintln(c.stdout, describeDead(*ff.group, f).n(0))
 		return nil
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
@@ -222,16 +188,16 @@ func (c *cli) consumerDeadAct(ctx context.Context, verb string, args []string) e
 		return err
 	}
 	if len(dead) == 0 {
-		fmt.Fprintf(c.stdout, "no %s: nothing to %s\n", what, verb)
+		fmt.Fprintf(c.stdout, "%s: nothing to %s\n", what.n(0), verb)
 		return nil
 	}
 	if *dry {
-		fmt.Fprintf(c.stdout, "would %s %d %s (dry run: nothing changed)\n", verb, len(dead), what)
+		fmt.Fprintf(c.stdout, "would %s %s (dry run: nothing changed)\n", verb, what.n(int64(len(dead))))
 		return nil
 	}
-	question := fmt.Sprintf("replay %d %s? They go back to this group only (its inbox skips what it applied).", len(dead), what)
+	question := fmt.Sprintf("replay %s? They go back to this group only (its inbox skips what it applied).", what.n(int64(len(dead))))
 	if verb == "discard" {
-		question = fmt.Sprintf("discard %d %s? They are deleted for good.", len(dead), what)
+		question = fmt.Sprintf("discard %s? They are deleted for good.", what.n(int64(len(dead))))
 	}
 	if err := c.confirm(*yes, question); err != nil {
 		return err
@@ -246,7 +212,7 @@ func (c *cli) consumerDeadAct(ctx context.Context, verb string, args []string) e
 		return fmt.Errorf("%s: %w (%d done before the error)", verb, err, len(done))
 	}
 	past := map[string]string{"replay": "replayed", "discard": "discarded"}[verb]
-	fmt.Fprintf(c.stdout, "%s %d %s\n", past, len(done), what)
+	fmt.Fprintf(c.stdout, "%s %s\n", past, what.n(int64(len(done))))
 	return nil
 }
 

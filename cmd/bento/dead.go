@@ -15,26 +15,6 @@ import (
 	"github.com/bentoevents/bento/outbox"
 )
 
-func (c *cli) dead(ctx context.Context, args []string) error {
-	if len(args) == 0 {
-		return usagef("want list, show, requeue or discard (see -h)")
-	}
-	switch args[0] {
-	case "list":
-		return c.deadList(ctx, args[1:])
-	case "show":
-		return c.deadShow(ctx, args[1:])
-	case "requeue":
-		return c.deadAct(ctx, "requeue", args[1:])
-	case "discard":
-		return c.deadAct(ctx, "discard", args[1:])
-	case "-h", "-help", "--help":
-		fmt.Fprintln(c.stdout, "usage: bento dead list|show|requeue|discard ... (bento dead <command> -h for its flags)")
-		return errHelp
-	}
-	return usagef("unknown dead command %q: want list, show, requeue or discard", args[0])
-}
-
 // filterFlags are the flags that select dead rows.
 type filterFlags struct {
 	tenant, topic, aggregate *string
@@ -57,10 +37,10 @@ func (f filterFlags) filter(ids []string) (outbox.Filter, error) {
 }
 
 // describe says in words which rows f selects.
-func describe(f outbox.Filter) string {
+func describe(f outbox.Filter) things {
 	var parts []string
 	if len(f.IDs) > 0 {
-		parts = append(parts, "id "+strings.Join(f.IDs, ", "))
+		parts = append(parts, describeIDs(f.IDs))
 	}
 	if f.Tenant != "" {
 		parts = append(parts, "tenant "+f.Tenant)
@@ -71,10 +51,11 @@ func describe(f outbox.Filter) string {
 	if f.AggregateType != "" {
 		parts = append(parts, describeAggregate(f.AggregateType, f.AggregateID))
 	}
-	if len(parts) == 0 {
-		return "all dead events"
+	what := things{noun: "dead event"}
+	if len(parts) > 0 {
+		what.qualifier = " with " + strings.Join(parts, " and ")
 	}
-	return "dead events with " + strings.Join(parts, " and ")
+	return what
 }
 
 func (c *cli) deadList(ctx context.Context, args []string) error {
@@ -105,7 +86,7 @@ func (c *cli) deadList(ctx context.Context, args []string) error {
 		return c.printJSON(deadJSON(rows, false))
 	}
 	if len(rows) == 0 {
-		fmt.Fprintln(c.stdout, "no "+describe(f))
+		fmt.Fprintln(c.stdout, describe(f).n(0))
 		return nil
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
@@ -199,16 +180,16 @@ func (c *cli) deadAct(ctx context.Context, verb string, args []string) error {
 	}
 	what := describe(f)
 	if n == 0 {
-		fmt.Fprintf(c.stdout, "no %s: nothing to %s\n", what, verb)
+		fmt.Fprintf(c.stdout, "%s: nothing to %s\n", what.n(0), verb)
 		return nil
 	}
 	if *dry {
-		fmt.Fprintf(c.stdout, "would %s %d %s (dry run: nothing changed)\n", verb, n, what)
+		fmt.Fprintf(c.stdout, "would %s %s (dry run: nothing changed)\n", verb, what.n(n))
 		return nil
 	}
-	question := fmt.Sprintf("%s %d %s?", verb, n, what)
+	question := fmt.Sprintf("%s %s?", verb, what.n(n))
 	if verb == "discard" {
-		question = fmt.Sprintf("discard %d %s? They are deleted for good.", n, what)
+		question = fmt.Sprintf("discard %s? They are deleted for good.", what.n(n))
 	}
 	if err := c.confirm(*yes, question); err != nil {
 		return err
@@ -223,7 +204,7 @@ func (c *cli) deadAct(ctx context.Context, verb string, args []string) error {
 		return err
 	}
 	past := map[string]string{"requeue": "requeued", "discard": "discarded"}[verb]
-	fmt.Fprintf(c.stdout, "%s %d %s\n", past, moved, what)
+	fmt.Fprintf(c.stdout, "%s %s\n", past, what.n(moved))
 	return nil
 }
 

@@ -31,8 +31,7 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				fs.Usage()
+			if errors.Is(err, flag.ErrHelp) { // the flag package printed the usage
 				return nil, errHelp
 			}
 			return nil, usagef("%v (see -h)", err)
@@ -67,11 +66,13 @@ type ageFlag struct {
 	set bool
 }
 
+// String returns the age as humanAge prints it, "" for none; flag's usage
+// shows it as the default.
 func (a *ageFlag) String() string {
-	if a == nil || !a.set {
+	if a == nil || a.d <= 0 {
 		return ""
 	}
-	return a.d.String()
+	return humanAge(a.d)
 }
 
 // Set parses s as [parseAge] does.
@@ -135,22 +136,64 @@ func describeAggregate(typ, id string) string {
 	return "aggregate " + typ + "/" + id
 }
 
-// humanAge prints an age rounded for people: 3d4h, 5h12m, 4m3s, 850ms.
+// describeIDs says in words a list of ids: "id A", "ids A, B".
+func describeIDs(ids []string) string {
+	if len(ids) == 1 {
+		return "id " + ids[0]
+	}
+	return "ids " + strings.Join(ids, ", ")
+}
+
+// humanAge prints an age rounded for people: 3d4h, 5h12m, 4m3s, 850ms,
+// without zero trailing units (7d, 2h, 5m); "-" for none.
 func humanAge(d time.Duration) string {
+	var s string
 	switch {
 	case d <= 0:
 		return "-"
 	case d < time.Second:
 		return d.Round(time.Millisecond).String()
 	case d < time.Hour:
-		return d.Round(time.Second).String()
+		s = d.Round(time.Second).String()
 	case d < 24*time.Hour:
-		return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
+		s = d.Round(time.Minute).String()
 	default:
 		days := d / (24 * time.Hour)
 		h := (d % (24 * time.Hour)).Round(time.Hour) / time.Hour
-		return fmt.Sprintf("%dd%dh", days, h)
+		s = fmt.Sprintf("%dd%dh", days, h)
 	}
+	for _, zero := range []string{"m0s", "h0m", "d0h"} {
+		if strings.HasSuffix(s, zero) {
+			s = s[:len(s)-2]
+		}
+	}
+	return s
+}
+
+// olderThan says in words "more than AGE ago", or "" for a zero age, which
+// selects every age.
+func olderThan(verb string, d time.Duration) string {
+	if d <= 0 {
+		return ""
+	}
+	return " " + verb + " more than " + humanAge(d) + " ago"
+}
+
+// things names what a command counts, a noun and what narrows it
+// ("dead event", " with topic order.paid"), so that its messages read right
+// for every count.
+type things struct{ noun, qualifier string }
+
+// n says n things: "no dead events", "1 dead event", "3 dead events", each
+// followed by the qualifier.
+func (t things) n(n int64) string {
+	switch n {
+	case 0:
+		return "no " + t.noun + "s" + t.qualifier
+	case 1:
+		return "1 " + t.noun + t.qualifier
+	}
+	return fmt.Sprintf("%d %ss%s", n, t.noun, t.qualifier)
 }
 
 func trimLower(s string) string { return strings.ToLower(strings.TrimSpace(s)) }

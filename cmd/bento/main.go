@@ -4,38 +4,33 @@
 //
 // It reads the database from DATABASE_URL: postgres://... (or a libpq
 // keyword/value string) for PostgreSQL, sqlite:PATH for an embedded SQLite
-// file.
-//
-//	bento migrate up [--partition daily|monthly] | status | sql
-//	bento stats [--tenant T] [--json]
-//	bento dead list [--tenant T] [--topic T] [--aggregate TYPE[/ID]] [--limit N] [--json]
-//	bento dead show ID [--json]
-//	bento dead requeue (ID...|--topic T|--aggregate TYPE[/ID]|--all) [--tenant T] [--dry-run] [--yes]
-//	bento dead discard (ID...|--topic T|--aggregate TYPE[/ID]|--all) [--tenant T] [--dry-run] [--yes]
-//	bento purge --sent-older-than 7d [--tenant T] [--dry-run] [--yes]
-//	bento inbox purge --older-than 30d [--consumer C] [--dry-run] [--yes]
-//	bento idempotency purge [--dry-run] [--yes]
-//	bento maintain [--outbox-retention 7d] [--inbox-retention 30d] [--dry-run] [--yes]
-//	bento console [--addr 127.0.0.1:8081] [--host NAME]... [--read-only] [--show-payloads]
-//	bento consumer dead list --group G [--event-type T] [--aggregate TYPE[/ID]] [--cause C] [--older-than D] [--json]
-//	bento consumer dead show ID --group G [--show-payload] [--json]
-//	bento consumer dead replay|discard (ID...|filters|--all) --group G [--dry-run] [--yes]
-//	bento consumer declare --group G --event-type T... [--partitions N] [--classic]
-//	bento consumer delete (--group G|--topology) [--dry-run] [--yes]
-//	bento unroutable list [--event-type T]... [--limit N]
-//	bento unroutable replay [--event-type T]... [--dry-run] [--yes]
-//
-// The consumer and unroutable commands read the RabbitMQ broker from
+// file. The consumer and unroutable commands read the RabbitMQ broker from
 // AMQP_URL and use the exchange of --exchange (or BENTO_EXCHANGE; default
 // bento.events).
+//
+// The commands (bento -h lists them; bento COMMAND -h gives each one's
+// flags; docs/cli.md describes them with sample output):
+//
+//	bento migrate up|status|sql
+//	bento stats
+//	bento dead list|show|requeue|discard
+//	bento purge --sent-older-than AGE
+//	bento inbox purge --older-than AGE
+//	bento idempotency purge
+//	bento maintain
+//	bento console
+//	bento consumer dead list|show|replay|discard --group G
+//	bento consumer declare|delete
+//	bento unroutable list|replay
 //
 // Every command that deletes or changes rows or queues says what it would
 // do with --dry-run and changes nothing; without --yes it asks for
 // confirmation on standard input first.
 //
-// Exit codes: 0 success; 1 the operation failed, or was declined at the
-// confirmation prompt; 2 the command could not start: bad arguments, or
-// DATABASE_URL missing, malformed or unreachable.
+// Exit codes: 0 success, or the usage asked for with -h; 1 the operation
+// failed, or was declined at the confirmation prompt; 2 the command could
+// not start: bad arguments, or DATABASE_URL missing, malformed or
+// unreachable.
 package main
 
 import (
@@ -46,7 +41,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
+	"text/tabwriter"
 )
 
 // Exit codes.
@@ -88,61 +86,136 @@ func main() {
 	os.Exit(code)
 }
 
-// commands maps each top-level command to its implementation.
-var commands = map[string]func(c *cli, ctx context.Context, args []string) error{
-	"migrate":     (*cli).migrate,
-	"stats":       (*cli).stats,
-	"dead":        (*cli).dead,
-	"purge":       (*cli).purge,
-	"inbox":       (*cli).inbox,
-	"idempotency": (*cli).idempotency,
-	"console":     (*cli).console,
-	"maintain":    (*cli).maintain,
-	"consumer":    (*cli).consumerCmd,
-	"unroutable":  (*cli).unroutable,
+// command is one thing bento does.
+type command struct {
+	// name is the command's words after "bento": "stats", "dead list".
+	name string
+	// summary says what it does, for the usage.
+	summary string
+	// run runs it with the arguments after its words.
+	run func(c *cli, ctx context.Context, args []string) error
 }
 
-const usage = `usage: bento <command> [arguments]
+// commands lists every command, in the order the usage shows them. It is
+// the one list of what bento runs: run dispatches from it, the usage of
+// bento and of each group of commands ("bento dead -h") is made from it,
+// and the golden tests check that docs/cli.md has each one's usage.
+var commands = []command{
+	{"migrate", "apply (up), list (status) or print (sql) the migrations", (*cli).migrate},
+	{"stats", "outbox backlog per tenant and status", (*cli).stats},
+	{"dead list", "list dead events", (*cli).deadList},
+	{"dead show", "show one dead event with its payload", (*cli).deadShow},
+	{"dead requeue", "send dead events again", deadAct("requeue")},
+	{"dead discard", "delete dead events for good", deadAct("discard")},
+	{"purge", "delete sent outbox rows past retention", (*cli).purge},
+	{"inbox purge", "delete inbox records past the dedup window", (*cli).inboxPurge},
+	{"idempotency purge", "delete expired idempotency keys", (*cli).idempotencyPurge},
+	{"maintain", "create, seal and drop partitions of partitioned tables", (*cli).maintain},
+	{"console", "serve the web console", (*cli).console},
+	{"consumer dead list", "list a consumer group's dead letters on RabbitMQ", (*cli).consumerDeadList},
+	{"consumer dead show", "show one of a group's dead letters", (*cli).consumerDeadShow},
+	{"consumer dead replay", "send a group's dead letters back to it", consumerDeadAct("replay")},
+	{"consumer dead discard", "delete a group's dead letters for good", consumerDeadAct("discard")},
+	{"consumer declare", "declare a group's queues before it is deployed", (*cli).consumerDeclare},
+	{"consumer delete", "delete a group's queues (and the exchange's, --topology)", (*cli).consumerDelete},
+	{"unroutable list", "list the events no queue was bound for", unroutableVerb("list")},
+	{"unroutable replay", "publish the unroutable events again, once their queues exist", unroutableVerb("replay")},
+}
 
-Commands:
-  migrate up|status|sql     apply, list or print the migrations
-  stats                     outbox backlog per tenant and status
-  dead list|show|requeue|discard
-                            inspect and act on dead letters
-  consumer dead list|show|replay|discard
-                            a consumer group's dead letters on RabbitMQ (AMQP_URL)
-  consumer declare          declare a group's queues before it is deployed
-  consumer delete           delete a group's queues (and the exchange's, --topology)
-  unroutable list|replay    events no queue was bound for, parked by RabbitMQ
-  purge                     delete sent outbox rows past retention
-  inbox purge               delete inbox records past the dedup window
-  idempotency purge         delete expired idempotency keys
-  maintain                  create and drop partitions of partitioned tables
-  console                   serve the web console
+// deadAct, consumerDeadAct and unroutableVerb bind the verb of the
+// commands that share one implementation.
+func deadAct(verb string) func(c *cli, ctx context.Context, args []string) error {
+	return func(c *cli, ctx context.Context, args []string) error { return c.deadAct(ctx, verb, args) }
+}
 
+func consumerDeadAct(verb string) func(c *cli, ctx context.Context, args []string) error {
+	return func(c *cli, ctx context.Context, args []string) error { return c.consumerDeadAct(ctx, verb, args) }
+}
+
+func unroutableVerb(verb string) func(c *cli, ctx context.Context, args []string) error {
+	return func(c *cli, ctx context.Context, args []string) error {
+		return c.unroutable(ctx, append([]string{verb}, args...))
+	}
+}
+
+// isHelp reports whether arg asks for help.
+func isHelp(arg string) bool {
+	return arg == "-h" || arg == "-help" || arg == "--help" || arg == "help"
+}
+
+// lookup finds the command named by the leading words of args and returns
+// it with the arguments after its words. With none, it returns the words
+// that name a group of commands ("dead", "consumer dead"; none for the top
+// level) and the rest of args.
+func lookup(args []string) (cmd *command, group, rest []string) {
+	for i := range commands {
+		words := strings.Fields(commands[i].name)
+		if len(args) >= len(words) && slices.Equal(args[:len(words)], words) {
+			return &commands[i], nil, args[len(words):]
+		}
+	}
+	for n := len(args); n > 0; n-- {
+		if len(subcommands(args[:n])) > 0 {
+			return nil, args[:n], args[n:]
+		}
+	}
+	return nil, nil, args
+}
+
+// subcommands returns the commands under the group of words.
+func subcommands(group []string) []command {
+	var out []command
+	for _, c := range commands {
+		words := strings.Fields(c.name)
+		if len(words) > len(group) && slices.Equal(words[:len(group)], group) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// usage returns the usage of the group of words: the commands under it.
+func usage(group []string) string {
+	var b strings.Builder
+	name := strings.Join(append([]string{"bento"}, group...), " ")
+	fmt.Fprintf(&b, "usage: %s <command> [arguments]\n\nCommands:\n", name)
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	for _, c := range subcommands(group) {
+		fmt.Fprintf(tw, "  %s\t%s\n", strings.Join(strings.Fields(c.name)[len(group):], " "), c.summary)
+	}
+	_ = tw.Flush()
+	if len(group) == 0 {
+		b.WriteString(`
 DATABASE_URL selects the database: postgres://... or sqlite:PATH.
+The consumer and unroutable commands read the broker from AMQP_URL.
 Run 'bento <command> -h' for a command's flags.
-Exit codes: 0 ok, 1 failed or not confirmed, 2 bad arguments or DATABASE_URL.
-`
+Exit codes: 0 ok (-h too), 1 failed or not confirmed, 2 bad arguments or DATABASE_URL.
+`)
+	} else {
+		fmt.Fprintf(&b, "\nRun '%s <command> -h' for a command's flags.\n", name)
+	}
+	return b.String()
+}
 
 // run runs one command and returns the exit code.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
 	c := &cli{stdin: bufio.NewReader(stdin), stdout: stdout, stderr: stderr, getenv: getenv}
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return exitUsage
+	cmd, group, rest := lookup(args)
+	if cmd == nil {
+		switch {
+		case len(rest) > 0 && isHelp(rest[0]):
+			fmt.Fprint(stdout, usage(group))
+			return exitOK
+		case len(rest) == 0:
+			fmt.Fprint(stderr, usage(group))
+			return exitUsage
+		default:
+			fmt.Fprintf(stderr, "%s: unknown command %q\n\n%s", strings.Join(append([]string{"bento"}, group...), " "),
+				rest[0], usage(group))
+			return exitUsage
+		}
 	}
-	name := args[0]
-	if name == "help" || name == "-h" || name == "--help" || name == "-help" {
-		fmt.Fprint(stdout, usage)
-		return exitOK
-	}
-	cmd, ok := commands[name]
-	if !ok {
-		fmt.Fprintf(stderr, "bento: unknown command %q\n\n%s", name, usage)
-		return exitUsage
-	}
-	err := cmd(c, ctx, args[1:])
+	err := cmd.run(c, ctx, rest)
 	var ue *usageError
 	switch {
 	case err == nil:
@@ -150,13 +223,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case errors.Is(err, errHelp):
 		return exitOK
 	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "bento %s: %s\n", name, ue.msg)
+		fmt.Fprintf(stderr, "bento %s: %s\n", cmd.name, ue.msg)
 		return exitUsage
-	case errors.Is(err, errDeclined):
-		fmt.Fprintf(stderr, "bento %s: %v\n", name, err)
-		return exitFailure
 	default:
-		fmt.Fprintf(stderr, "bento %s: %v\n", name, err)
+		fmt.Fprintf(stderr, "bento %s: %v\n", cmd.name, err)
 		return exitFailure
 	}
 }

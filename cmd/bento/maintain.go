@@ -23,14 +23,14 @@ type maintainer struct {
 }
 
 func (c *cli) maintain(ctx context.Context, args []string) error {
-	fs := c.newFlags("maintain", "[--component outbox,inbox] [--outbox-retention 7d] [--inbox-retention 30d] [--ahead N] [--dry-run] [--yes]")
+	fs := c.newFlags("maintain", "[--component outbox,inbox] [--outbox-retention 7d] [--inbox-retention 30d] [--seal-after 1h] [--ahead N] [--dry-run] [--yes]")
 	only := fs.String("component", "outbox,inbox", "partitioned tables to maintain")
 	outboxRet := ageFlag{d: outbox.DefaultRetention}
-	fs.Var(&outboxRet, "outbox-retention", "drop outbox partitions whose range ended this long ago, if all their rows are sent")
+	fs.Var(&outboxRet, "outbox-retention", "drop outbox partitions whose range ended `AGE` ago or earlier, if all their rows are sent")
 	inboxRet := ageFlag{d: inbox.DefaultRetention}
-	fs.Var(&inboxRet, "inbox-retention", "drop inbox partitions whose range ended this long ago (the dedup window)")
+	fs.Var(&inboxRet, "inbox-retention", "drop inbox partitions whose range ended `AGE` ago or earlier (the dedup window)")
 	sealAfter := ageFlag{d: partition.DefaultSealAfter}
-	fs.Var(&sealAfter, "seal-after", fmt.Sprintf("seal all-sent outbox partitions whose range ended this long ago (default %v)", partition.DefaultSealAfter))
+	fs.Var(&sealAfter, "seal-after", "seal all-sent outbox partitions whose range ended `AGE` ago or earlier")
 	ahead := fs.Int("ahead", 0, "partitions to keep created after the current one (default 7 daily, 2 monthly)")
 	dry := fs.Bool("dry-run", false, "list what would be created, sealed and dropped, and change nothing")
 	yes := fs.Bool("yes", false, "do not ask before dropping partitions")

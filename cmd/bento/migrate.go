@@ -56,9 +56,9 @@ func selectComponents(list string) ([]component, error) {
 }
 
 func (c *cli) migrate(ctx context.Context, args []string) error {
-	fs := c.newFlags("migrate", "up|status|sql [--component outbox,inbox,idempotency] [--dialect postgres|sqlite]")
+	fs := c.newFlags("migrate", "up|status|sql [--component outbox,inbox,idempotency] [--partition daily|monthly] [--dialect postgres|sqlite]")
 	only := fs.String("component", "", "comma-separated components (default: all)")
-	dialectName := fs.String("dialect", "postgres", "dialect whose SQL `sql` prints")
+	dialectName := fs.String("dialect", "postgres", "the dialect of the SQL migrate sql prints: postgres or sqlite")
 	partitioning := fs.String("partition", "", "up: create outbox_events and inbox_messages partitioned, daily or monthly (PostgreSQL)")
 	pos, err := parse(fs, args)
 	if err != nil {

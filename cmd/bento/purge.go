@@ -28,7 +28,7 @@ func (c *cli) purgeFlags(fs *flag.FlagSet) purgeFlags {
 
 // purgeRun counts with count, and unless it is a dry run or nothing
 // matches, asks for confirmation and deletes with purge.
-func (c *cli) purgeRun(p purgeFlags, what string, count func() (int64, error), purge func() (int64, error)) error {
+func (c *cli) purgeRun(p purgeFlags, what things, count func() (int64, error), purge func() (int64, error)) error {
 	if *p.batch < 1 {
 		return usagef("--batch must be at least 1")
 	}
@@ -37,28 +37,28 @@ func (c *cli) purgeRun(p purgeFlags, what string, count func() (int64, error), p
 		return err
 	}
 	if n == 0 {
-		fmt.Fprintf(c.stdout, "no %s: nothing to delete\n", what)
+		fmt.Fprintf(c.stdout, "%s: nothing to delete\n", what.n(0))
 		return nil
 	}
 	if *p.dry {
-		fmt.Fprintf(c.stdout, "would delete %d %s (dry run: nothing changed)\n", n, what)
+		fmt.Fprintf(c.stdout, "would delete %s (dry run: nothing changed)\n", what.n(n))
 		return nil
 	}
-	if err := c.confirm(*p.yes, fmt.Sprintf("delete %d %s?", n, what)); err != nil {
+	if err := c.confirm(*p.yes, fmt.Sprintf("delete %s?", what.n(n))); err != nil {
 		return err
 	}
 	deleted, err := purge()
 	if err != nil {
-		return fmt.Errorf("deleted %d %s, then: %w", deleted, what, err)
+		return fmt.Errorf("deleted %s, then: %w", what.n(deleted), err)
 	}
-	fmt.Fprintf(c.stdout, "deleted %d %s\n", deleted, what)
+	fmt.Fprintf(c.stdout, "deleted %s\n", what.n(deleted))
 	return nil
 }
 
 func (c *cli) purge(ctx context.Context, args []string) error {
 	fs := c.newFlags("purge", "--sent-older-than AGE [--tenant T] [--batch N] [--dry-run] [--yes]")
 	var age ageFlag
-	fs.Var(&age, "sent-older-than", "delete sent rows published longer ago than this (e.g. 7d, 36h)")
+	fs.Var(&age, "sent-older-than", "delete sent rows published longer ago than `AGE` (e.g. 7d, 36h)")
 	tenant := fs.String("tenant", "", "only this tenant")
 	p := c.purgeFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
@@ -73,22 +73,19 @@ func (c *cli) purge(ctx context.Context, args []string) error {
 	}
 	defer done()
 	opts := &outbox.PurgeOpts{Tenant: *tenant, BatchSize: *p.batch}
-	what := fmt.Sprintf("sent outbox rows published more than %s ago", humanAge(age.d))
+	what := things{"sent outbox row", olderThan("published", age.d)}
 	return c.purgeRun(p, what,
 		func() (int64, error) { return st.CountSent(ctx, age.d, opts) },
 		func() (int64, error) { return st.PurgeSent(ctx, age.d, opts) })
 }
 
-func (c *cli) inbox(ctx context.Context, args []string) error {
-	if len(args) == 0 || args[0] != "purge" {
-		return usagef("want: bento inbox purge --older-than AGE")
-	}
+func (c *cli) inboxPurge(ctx context.Context, args []string) error {
 	fs := c.newFlags("inbox purge", "--older-than AGE [--consumer C] [--batch N] [--dry-run] [--yes]")
 	var age ageFlag
-	fs.Var(&age, "older-than", "delete records received longer ago than this (e.g. 30d); this is the dedup window")
+	fs.Var(&age, "older-than", "delete records received longer ago than `AGE` (e.g. 30d); this is the dedup window")
 	consumer := fs.String("consumer", "", "only this consumer's records")
 	p := c.purgeFlags(fs)
-	if err := parseFlags(fs, args[1:]); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if !age.set {
@@ -100,19 +97,16 @@ func (c *cli) inbox(ctx context.Context, args []string) error {
 	}
 	defer closeAll(db)
 	opts := &inbox.PurgeOpts{Consumer: *consumer, BatchSize: *p.batch}
-	what := fmt.Sprintf("inbox records received more than %s ago", humanAge(age.d))
+	what := things{"inbox record", olderThan("received", age.d)}
 	return c.purgeRun(p, what,
 		func() (int64, error) { return inbox.CountPurgeable(ctx, db, age.d, opts) },
 		func() (int64, error) { return inbox.Purge(ctx, db, age.d, opts) })
 }
 
-func (c *cli) idempotency(ctx context.Context, args []string) error {
-	if len(args) == 0 || args[0] != "purge" {
-		return usagef("want: bento idempotency purge")
-	}
+func (c *cli) idempotencyPurge(ctx context.Context, args []string) error {
 	fs := c.newFlags("idempotency purge", "[--batch N] [--dry-run] [--yes]")
 	p := c.purgeFlags(fs)
-	if err := parseFlags(fs, args[1:]); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	db, err := c.open(ctx)
@@ -122,7 +116,7 @@ func (c *cli) idempotency(ctx context.Context, args []string) error {
 	defer closeAll(db)
 	// One instant for the count and the purge, so they agree.
 	opts := &idempotency.PurgeOpts{BatchSize: *p.batch, Clock: fakeclock.New(time.Now())}
-	return c.purgeRun(p, "expired idempotency keys",
+	return c.purgeRun(p, things{noun: "expired idempotency key"},
 		func() (int64, error) { return idempotency.CountExpired(ctx, db, 0, opts) },
 		func() (int64, error) { return idempotency.Purge(ctx, db, 0, opts) })
 }

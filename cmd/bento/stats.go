@@ -64,7 +64,7 @@ func (c *cli) stats(ctx context.Context, args []string) error {
 	if *asJSON {
 		return c.printJSON(rep)
 	}
-	return printStats(c, rep)
+	return printStats(c, rep, *tenant)
 }
 
 // collectStats builds the report from the store's Breakdown and Recent.
@@ -133,9 +133,10 @@ func collectStats(ctx context.Context, st *outbox.Store, tenant string) (*statsR
 
 // printStats prints one aligned table with a line per tenant (its counts per
 // status, the oldest pending age and the last minute's rate), then the
-// registered projectors.
-func printStats(c *cli, rep *statsReport) error {
-	if err := printTenants(c, rep); err != nil {
+// registered projectors. tenant is the one the report is narrowed to, if
+// any.
+func printStats(c *cli, rep *statsReport, tenant string) error {
+	if err := printTenants(c, rep, tenant); err != nil {
 		return err
 	}
 	if len(rep.Projectors) == 0 {
@@ -150,10 +151,22 @@ func printStats(c *cli, rep *statsReport) error {
 	return tw.Flush()
 }
 
+// nothingPending says what `bento stats` knows when no tenant has a row to
+// show: no row (of tenant, if given) is pending or dead, and none was
+// published or failed in the last minute. Sent rows are not counted (their
+// number grows without bound), so the outbox may well hold many.
+func nothingPending(tenant string) string {
+	of := ""
+	if tenant != "" {
+		of = " for tenant " + tenant
+	}
+	return "nothing pending or dead" + of + "; nothing published or failed in the last minute (sent rows are not counted)"
+}
+
 // printTenants prints the per-tenant table.
-func printTenants(c *cli, rep *statsReport) error {
+func printTenants(c *cli, rep *statsReport, tenant string) error {
 	if len(rep.Tenants) == 0 {
-		fmt.Fprintln(c.stdout, "the outbox is empty")
+		fmt.Fprintln(c.stdout, nothingPending(tenant))
 		return nil
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)

@@ -65,13 +65,13 @@ func (c *cli) unroutable(ctx context.Context, args []string) error {
 	for _, m := range parked {
 		byType[m.Metadata.Get(messaging.MetaEventType)]++
 	}
-	what := "events parked in " + rabbitmq.UnroutableQueue(cfg.ExchangeName())
+	what := things{noun: "event", qualifier: " parked in " + rabbitmq.UnroutableQueue(cfg.ExchangeName())}
 	if len(types) > 0 {
-		what += " of type " + strings.Join(types, ", ")
+		what.qualifier += " of type " + strings.Join(types, ", ")
 	}
 	if verb == "list" {
 		if len(parked) == 0 {
-			fmt.Fprintln(c.stdout, "no "+what)
+			fmt.Fprintln(c.stdout, what.n(0))
 			return nil
 		}
 		tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
@@ -99,21 +99,21 @@ func (c *cli) unroutable(ctx context.Context, args []string) error {
 		return tw.Flush()
 	}
 	if len(parked) == 0 {
-		fmt.Fprintf(c.stdout, "no %s: nothing to replay\n", what)
+		fmt.Fprintf(c.stdout, "%s: nothing to replay\n", what.n(0))
 		return nil
 	}
 	if *dry {
-		fmt.Fprintf(c.stdout, "would replay %d %s (dry run: nothing changed)\n", len(parked), what)
+		fmt.Fprintf(c.stdout, "would replay %s (dry run: nothing changed)\n", what.n(int64(len(parked))))
 		return nil
 	}
-	if err := c.confirm(*yes, fmt.Sprintf("replay %d %s? Declare the queue of the group that missed them first; the inbox skips what a group applied already.", len(parked), what)); err != nil {
+	if err := c.confirm(*yes, fmt.Sprintf("replay %s? Declare the queue of the group that missed them first; the inbox skips what a group applied already.", what.n(int64(len(parked))))); err != nil {
 		return err
 	}
 	replayed, back, err := rabbitmq.ReplayUnroutable(ctx, cfg, rabbitmq.UnroutableFilter{EventTypes: types})
 	if err != nil {
 		return fmt.Errorf("replay: %w (%d replayed before the error)", err, len(replayed))
 	}
-	fmt.Fprintf(c.stdout, "replayed %d %s\n", len(replayed), what)
+	fmt.Fprintf(c.stdout, "replayed %s\n", what.n(int64(len(replayed))))
 	if back > 0 {
 		fmt.Fprintf(c.stdout, "%d came back: no queue is bound for their event type yet (bento consumer declare)\n", back)
 	}
