@@ -2,9 +2,7 @@ package rabbitmq
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -25,12 +23,6 @@ type Browse struct {
 	Remove bool
 }
 
-// Bounds of the wait for a queue another browse holds.
-const (
-	lockWaitMin = 50 * time.Millisecond
-	lockWaitMax = time.Second
-)
-
 // BrowseQueue calls fn for up to limit messages of queue on the broker of
 // cfg, oldest first, and does with each what fn says: nothing, republish
 // it, remove it. The messages fn does not remove go back to the queue, in
@@ -40,11 +32,10 @@ const (
 // with that message) and is returned.
 //
 // Browses of one queue run one at a time, in this process or any other:
-// each first takes a lock on the broker, the exclusive queue
-// "<queue>.lock", which lives as long as its connection, and waits for a
-// browse holding it to end, until ctx ends. So no browse misses the
-// messages another one holds, and a process that dies lets go of the lock
-// with its connection.
+// each first takes a lock on the broker (see lockQueue), held by its
+// connection, and waits for a browse holding it to end, until ctx ends.
+// So no browse misses the messages another one holds, and a process that
+// dies lets go of the lock with its connection.
 //
 // Errors: messaging.ErrQueueNotFound, ErrInvalidConfig, fn's error, ctx's
 // error, or the broker's.
@@ -54,9 +45,11 @@ func BrowseQueue(ctx context.Context, cfg *Config, queue string, limit int, fn f
 		return err
 	}
 	return c.withConn(ctx, func(conn *amqp.Connection) error {
-		if err := lockQueue(ctx, conn, queue); err != nil {
+		release, err := lockQueue(ctx, conn, queue)
+		if err != nil {
 			return err
 		}
+		defer release()
 		ch, err := conn.Channel()
 		if err != nil {
 			return fmt.Errorf("rabbitmq: open AMQP channel: %w", err)
@@ -65,37 +58,56 @@ func BrowseQueue(ctx context.Context, cfg *Config, queue string, limit int, fn f
 	})
 }
 
-// lockName is the exclusive queue that locks queue for a browse.
-func lockName(queue string) string { return queue + ".lock" }
+// lockName is the queue that locks queue for a browse.
+func lockName(queue string) string { return queue + ".browsing" }
 
-// lockQueue takes the browse lock of queue for conn: it declares the
-// exclusive, auto-delete queue lockName(queue), which one connection at a
-// time can have and the broker deletes with that connection. While another
-// connection has it, the broker refuses the declaration (RESOURCE_LOCKED)
-// and closes the channel: lockQueue tries again on a new channel, backing
-// off, until ctx ends.
-func lockQueue(ctx context.Context, conn *amqp.Connection, queue string) error {
+// lockExpiry is how long the broker keeps a lock queue nobody consumes
+// (a process that died between declaring and consuming it).
+const lockExpiry = time.Minute
+
+// lockQueue takes the browse lock of queue for conn and returns its
+// release. The lock is the queue lockName(queue), with a single active
+// consumer: each browse consumes it, one message at a time, and
+// publishes a token to it; the broker delivers only to the active
+// consumer, so the browse that receives a token holds the lock, and the
+// others wait, without polling and without a refused declaration, until
+// it closes its channel (or its connection dies), which gives its token
+// to the next. The queue keeps one ready token at most and is deleted
+// with its last consumer.
+func lockQueue(ctx context.Context, conn *amqp.Connection, queue string) (release func(), err error) {
 	name := lockName(queue)
-	for wait := lockWaitMin; ; wait = min(2*wait, lockWaitMax) {
-		ch, err := conn.Channel()
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("rabbitmq: open AMQP channel: %w", err)
+	}
+	closeCh := func() { _ = ch.Close() }
+	defer func() {
 		if err != nil {
-			return fmt.Errorf("rabbitmq: open AMQP channel: %w", err)
+			closeCh()
 		}
-		_, err = ch.QueueDeclare(name, false, true, true, false, nil)
-		var ae *amqp.Error
-		switch {
-		case err == nil:
-			return ch.Close()
-		case !errors.As(err, &ae) || ae.Code != amqp.ResourceLocked:
-			return fmt.Errorf("rabbitmq: lock %q: declare %q: %w", queue, name, err)
+	}()
+	args := amqp.Table{"x-single-active-consumer": true, "x-max-length": int64(1), "x-expires": lockExpiry.Milliseconds()}
+	if _, err := ch.QueueDeclare(name, false, true, false, false, args); err != nil {
+		return nil, fmt.Errorf("rabbitmq: lock %q: declare %q: %w", queue, name, err)
+	}
+	if err := ch.Qos(1, 0, false); err != nil {
+		return nil, fmt.Errorf("rabbitmq: lock %q: %w", queue, err)
+	}
+	tokens, err := ch.Consume(name, "", false, false, false, false, nil)
+	if err != nil {
+		return nil, fmt.Errorf("rabbitmq: lock %q: consume %q: %w", queue, name, err)
+	}
+	if err := ch.PublishWithContext(ctx, "", name, false, false, amqp.Publishing{Body: []byte("token")}); err != nil {
+		return nil, fmt.Errorf("rabbitmq: lock %q: publish a token: %w", queue, err)
+	}
+	select {
+	case _, ok := <-tokens:
+		if !ok {
+			return nil, fmt.Errorf("rabbitmq: lock %q: the channel closed", queue)
 		}
-		t := time.NewTimer(wait/2 + rand.N(wait/2))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("rabbitmq: wait for another browse of %q to end: %w", queue, ctx.Err())
-		case <-t.C:
-		}
+		return closeCh, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("rabbitmq: wait for another browse of %q to end: %w", queue, ctx.Err())
 	}
 }
 
