@@ -82,8 +82,8 @@ type Config struct {
 	// are dealt among the running instances (through the consumer_members
 	// table) and move when one starts, stops or dies (see TakeoverTime).
 	// Every instance of a group must use the same count. On RabbitMQ it
-	// needs the consistent-hash exchange plugin (see
-	// rabbitmq.DeclarePartitions). A negative value means no partitions:
+	// needs the consistent-hash exchange plugin (see Declare). A negative
+	// value means no partitions:
 	// one queue, "<group>", with Subscriptions competing subscriptions and
 	// no order. Defaults to DefaultPartitions (16).
 	Partitions int
