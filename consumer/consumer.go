@@ -190,7 +190,8 @@ func NewMemory(db *gorm.DB, bus *messaging.MemoryBus, cfg *Config) (*Consumer, e
 // The zero fields of amqpCfg and cfg take their defaults.
 //
 // Errors: ErrInvalidConfig, rabbitmq.ErrInvalidConfig (a nil amqpCfg
-// names no URL), or the broker's error.
+// names no URL), rabbitmq.ErrTopologyMismatch (a queue declared with
+// another Config; Run returns it too), or the broker's error.
 func NewAMQP(ctx context.Context, db *gorm.DB, amqpCfg *rabbitmq.Config, cfg *Config) (*Consumer, error) {
 	resolved, err := cfg.withDefaults()
 	if err != nil {
