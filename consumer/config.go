@@ -82,8 +82,8 @@ type Config struct {
 	// are dealt among the running instances (through the consumer_members
 	// table) and move when one starts, stops or dies (see TakeoverTime).
 	// Every instance of a group must use the same count. On RabbitMQ it
-	// needs the consistent-hash exchange plugin (see
-	// rabbitmq.DeclarePartitions). A negative value means no partitions:
+	// needs the consistent-hash exchange plugin (see Declare). A negative
+	// value means no partitions:
 	// one queue, "<group>", with Subscriptions competing subscriptions and
 	// no order. Defaults to DefaultPartitions (16).
 	Partitions int
@@ -211,12 +211,17 @@ type Config struct {
 const maxSubscriptions = 256
 
 // DefaultConfig returns Config{Group: group} with every default spelled
-// out: 16 partitions with hold-back, batches of up to 100 messages, 5
-// retries with backoff from 100ms to 10s, a 30s close timeout and a new
-// registry. New, NewMemory and NewAMQP fill the same defaults into a
-// Config's zero fields; it is there to read or print them.
+// out: 16 partitions with hold-back, 5 retries with backoff from 100ms to
+// 10s, a 30s close timeout and a new registry. New, NewMemory and NewAMQP
+// fill the same defaults into a Config's zero fields. The fields whose
+// default depends on Partitions stay zero (BatchSize: DefaultBatchSize with
+// partitions, 1 without; Subscriptions: 1 without partitions;
+// PartitionConcurrency: all owned partitions), so that it is a valid base
+// for each variant: set Partitions to -1 for an unpartitioned group,
+// QueueType to rabbitmq.Classic for classic queues, and so on.
 func DefaultConfig(group string) *Config {
 	c, _ := (&Config{Group: group}).withDefaults()
+	c.BatchSize = 0 // depends on Partitions, as Subscriptions does
 	return &c
 }
 

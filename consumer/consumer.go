@@ -178,10 +178,10 @@ func NewMemory(db *gorm.DB, bus *messaging.MemoryBus, cfg *Config) (*Consumer, e
 	return c, nil
 }
 
-// NewAMQP returns a consumer of group cfg.Group on RabbitMQ. With
+// NewAMQP returns a consumer of group cfg.Group on RabbitMQ. It declares
+// what Declare does, with the event types of its handlers: with
 // cfg.Partitions, it reads the group's partition queues, declared by Run
-// with rabbitmq.DeclarePartitions (see PartitionSpec) and bound on
-// amqpCfg.Exchange to the event types of its handlers; it needs RabbitMQ's
+// and bound on amqpCfg.Exchange to those types; it needs RabbitMQ's
 // consistent-hash exchange plugin, and Run fails with
 // rabbitmq.ErrHashExchangeMissing without it. Without Partitions, it reads
 // the durable queue named after the group. Dead letters go to the exchange
@@ -192,20 +192,19 @@ func NewMemory(db *gorm.DB, bus *messaging.MemoryBus, cfg *Config) (*Consumer, e
 // The zero fields of amqpCfg and cfg take their defaults.
 //
 // Errors: ErrInvalidConfig, rabbitmq.ErrInvalidConfig (a nil amqpCfg
-// names no URL), or the broker's error.
+// names no URL), rabbitmq.ErrTopologyMismatch (a queue declared with
+// another Config; Run returns it too), or the broker's error.
 func NewAMQP(ctx context.Context, db *gorm.DB, amqpCfg *rabbitmq.Config, cfg *Config) (*Consumer, error) {
 	resolved, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
 	cfg = &resolved
-	deadCfg := conf.Value(amqpCfg)
-	deadCfg.Exchange = DeadLetterExchange(amqpCfg.ExchangeName())
-	topic := DeadLetterTopic(cfg.Group)
-	if err := rabbitmq.DeclareQueue(ctx, &deadCfg, DeadLetterQueue(cfg.Group), topic); err != nil {
-		return nil, fmt.Errorf("consumer: declare dead-letter queue: %w", err)
+	if err := declareDeadLetters(ctx, amqpCfg, cfg); err != nil {
+		return nil, err
 	}
-	dead, err := rabbitmq.NewPublisher(ctx, &deadCfg)
+	topic := DeadLetterTopic(cfg.Group)
+	dead, err := rabbitmq.NewPublisher(ctx, deadLetterConfig(amqpCfg))
 	if err != nil {
 		return nil, fmt.Errorf("consumer: dead-letter publisher: %w", err)
 	}
@@ -213,13 +212,13 @@ func NewAMQP(ctx context.Context, db *gorm.DB, amqpCfg *rabbitmq.Config, cfg *Co
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if cfg.Partitions > 0 {
-			spec := PartitionSpec(amqpCfg.ExchangeName(), cfg)
-			spec.Patterns, spec.Prefetch = patterns, cfg.BatchSize
+			spec := partitionSpec(amqpCfg.ExchangeName(), cfg, patterns) // what Declare declares
+			spec.Prefetch = cfg.BatchSize
 			subCfg := conf.Value(amqpCfg)
 			subCfg.Heartbeat = partitionHeartbeat(amqpCfg, cfg.TakeoverTime)
 			return rabbitmq.NewPartitionSubscriber(ctx, &subCfg, spec)
 		}
-		return rabbitmq.NewSubscriber(ctx, amqpCfg, cfg.Group, patterns...)
+		return rabbitmq.NewSubscriber(ctx, amqpCfg, cfg.Group, patterns...) // declares what rabbitmq.DeclareQueue does
 	}
 	c, err := newConsumer(db, newSub, dead, topic, cfg, tracing.SystemRabbitMQ)
 	if err != nil {
@@ -227,12 +226,8 @@ func NewAMQP(ctx context.Context, db *gorm.DB, amqpCfg *rabbitmq.Config, cfg *Co
 		return nil, err
 	}
 	c.closers = append(c.closers, dead.Close)
-	if cfg.Partitions > 0 && cfg.QueueType == rabbitmq.Quorum {
-		if err := rabbitmq.DeclareTap(ctx, &deadCfg, DeadLetterTap(cfg.Group), topic); err != nil {
-			_ = dead.Close()
-			return nil, fmt.Errorf("consumer: declare dead-letter tap: %w", err)
-		}
-		c.tap = rabbitmq.NewTap(&deadCfg, DeadLetterTap(cfg.Group))
+	if hasTap(cfg) {
+		c.tap = rabbitmq.NewTap(deadLetterConfig(amqpCfg), DeadLetterTap(cfg.Group))
 		c.closers = append(c.closers, c.tap.Close)
 	}
 	deadQueue := DeadLetterQueue(cfg.Group)
@@ -260,16 +255,13 @@ func partitionHeartbeat(amqpCfg *rabbitmq.Config, takeover time.Duration) time.D
 
 // PartitionSpec returns the partition queues of the consumer group cfg
 // describes, on the exchange named exchange: what NewAMQP's consumer
-// declares. Declare them with rabbitmq.DeclarePartitions before the first
-// events of the group's types are relayed, so none is missed, with the
-// event types the group handles as Patterns (this leaves Patterns empty).
-// cfg's zero fields take their defaults (a nil cfg is a zero Config).
+// declares, with Patterns left empty. Declare declares them, with the
+// rest of the group's objects, in one call; this is for code that
+// declares them itself with rabbitmq.DeclarePartitions. cfg's zero fields
+// take their defaults (a nil cfg is a zero Config).
 func PartitionSpec(exchange string, cfg *Config) rabbitmq.PartitionSpec {
 	c, _ := cfg.withDefaults() // a bad config fails when the spec is declared
-	return rabbitmq.PartitionSpec{
-		Group: c.Group, Count: c.Partitions, QueueType: c.QueueType, DeliveryLimit: c.DeliveryLimit,
-		DeadExchange: DeadLetterExchange(exchange), DeadKey: DeadLetterTopic(c.Group),
-	}
+	return partitionSpec(exchange, &c, nil)
 }
 
 // Group returns the consumer group.

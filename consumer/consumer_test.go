@@ -470,6 +470,8 @@ func TestConsumerConfig(t *testing.T) {
 	assert.NotNil(t, got.Registry)
 	assert.NotNil(t, got.Logger)
 	want := consumer.DefaultConfig("zero")
+	assert.Zero(t, want.BatchSize, "DefaultConfig leaves BatchSize, which depends on Partitions, to its default")
+	want.BatchSize = consumer.DefaultBatchSize
 	want.Registry, want.Logger, got.Registry, got.Logger = nil, nil, nil, nil
 	assert.Equal(t, *want, got, "DefaultConfig spells out the defaults")
 

@@ -13,9 +13,10 @@
 // and deal them again when one starts, stops or dies, within
 // [Config].TakeoverTime; one instance handles its partitions in parallel.
 // On RabbitMQ the partition queues sit behind the consistent-hash exchange
-// plugin (see [PartitionSpec] and rabbitmq.DeclarePartitions) and are
-// quorum queues whose delivery limit dead-letters a message that keeps
-// crashing its consumers.
+// plugin and are quorum queues whose delivery limit dead-letters a message
+// that keeps crashing its consumers. [Declare] declares a group's queues
+// from its [Config] in one call, as its instances do, ahead of its first
+// events; [Delete] deletes them.
 // Handlers registered with [Handle] (a [HandlerFunc]) run inside the
 // inbox's transaction (package inbox) and receive it, with the decoded
 // event (upcast from older schema versions) and its envelope: a duplicate

@@ -158,7 +158,9 @@ func (s *PartitionSpec) queueArgs() amqp.Table {
 // Declaring is idempotent; bindings add up over calls.
 //
 // It returns an error wrapping [ErrHashExchangeMissing] when the broker's
-// consistent-hash plugin is not enabled, [ErrInvalidConfig] for a bad cfg or
+// consistent-hash plugin is not enabled, [ErrTopologyMismatch] when a
+// queue or exchange exists with other settings (another Count is no
+// mismatch: partitions beyond it stay), [ErrInvalidConfig] for a bad cfg or
 // spec, and [messaging.ErrInvalidName] for a bad group or pattern.
 func DeclarePartitions(ctx context.Context, cfg *Config, spec PartitionSpec) error {
 	c, err := cfg.resolve()
@@ -198,15 +200,14 @@ func hashExchangeError(name string, err error) error {
 	if errors.As(err, &ae) && ae.Code == amqp.CommandInvalid && strings.Contains(ae.Reason, hashExchangeType) {
 		return fmt.Errorf("%w: declare exchange %q: %w", ErrHashExchangeMissing, name, err)
 	}
-	return fmt.Errorf("rabbitmq: declare exchange %q: %w", name, err)
+	return declareError("exchange", name, err)
 }
 
 // declarePartitionQueue declares one partition queue and binds it to the
 // hash exchange with weight 1.
 func declarePartitionQueue(ch *amqp.Channel, hx, queue string, args amqp.Table) error {
 	if _, err := ch.QueueDeclare(queue, true, false, false, false, args); err != nil {
-		return fmt.Errorf("rabbitmq: declare queue %q (if it exists with other arguments, "+
-			"delete it once drained or keep its settings): %w", queue, err)
+		return declareError("queue", queue, err)
 	}
 	if err := ch.QueueBind(queue, "1", hx, false, nil); err != nil {
 		return fmt.Errorf("rabbitmq: bind queue %q to %q: %w", queue, hx, err)

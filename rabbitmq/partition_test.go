@@ -160,6 +160,41 @@ func TestDeclarePartitionsSaysWhenThePluginIsMissing(t *testing.T) {
 	assert.Contains(t, err.Error(), "rabbitmq-plugins enable rabbitmq_consistent_hash_exchange")
 }
 
+// TestRedeclaringWithOtherSettingsIsAMismatch: partition queues declared
+// again with another delivery limit or queue type, or a group queue over
+// an exchange of another kind, fail with ErrTopologyMismatch (the broker's
+// 406 PRECONDITION_FAILED), naming the object, and leave what exists.
+func TestRedeclaringWithOtherSettingsIsAMismatch(t *testing.T) {
+	t.Parallel()
+	r := setupRabbit(t)
+	spec := r.partitions("billing", 2)
+	require.NoError(t, rabbitmq.DeclarePartitions(ctxTimeout(t), r.cfg, spec))
+	other := spec
+	other.DeliveryLimit = 30
+	err := rabbitmq.DeclarePartitions(ctxTimeout(t), r.cfg, other)
+	require.ErrorIs(t, err, rabbitmq.ErrTopologyMismatch)
+	assert.Contains(t, err.Error(), messaging.PartitionQueue(spec.Group, 0))
+	other = spec
+	other.QueueType = rabbitmq.Classic
+	require.ErrorIs(t, rabbitmq.DeclarePartitions(ctxTimeout(t), r.cfg, other), rabbitmq.ErrTopologyMismatch)
+	require.NoError(t, rabbitmq.DeclarePartitions(ctxTimeout(t), r.cfg, spec), "the same settings declare again")
+
+	// An exchange of the group's hash-exchange name, of another kind.
+	clash := r.group("clash")
+	hx := r.name + ".hash." + clash
+	require.NoError(t, r.ch.ExchangeDeclare(hx, amqp.ExchangeTopic, true, false, false, false, nil))
+	t.Cleanup(func() {
+		if c, err := r.conn.Channel(); err == nil {
+			_ = c.ExchangeDelete(hx, false, false)
+			_ = c.Close()
+		}
+	})
+	err = rabbitmq.DeclarePartitions(ctxTimeout(t), r.cfg, rabbitmq.PartitionSpec{Group: clash, Count: 1, Patterns: []string{"a"}, DeadKey: "x"})
+	require.ErrorIs(t, err, rabbitmq.ErrTopologyMismatch)
+	assert.NotErrorIs(t, err, rabbitmq.ErrHashExchangeMissing)
+	assert.Contains(t, err.Error(), hx)
+}
+
 func TestPartitionSpecIsValidated(t *testing.T) {
 	t.Parallel()
 	r := setupRabbit(t)

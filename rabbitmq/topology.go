@@ -20,6 +20,24 @@ const unroutableSuffix = ".unroutable"
 // dialTimeout bounds a dial whose context has no deadline.
 const dialTimeout = 30 * time.Second
 
+// ErrTopologyMismatch is returned when a queue or exchange to declare
+// exists with other settings (another type or other arguments: a delivery
+// limit, a queue type, a dead-letter target), which RabbitMQ refuses with
+// 406 PRECONDITION_FAILED. The error names the object and, in the broker's
+// words, the argument that differs. Declare it with the settings it has, or
+// delete it (once drained) to declare it anew.
+var ErrTopologyMismatch = errors.New("rabbitmq: exists with other settings")
+
+// declareError wraps the failed declaration of the queue or exchange name,
+// with ErrTopologyMismatch when it exists with other settings.
+func declareError(kind, name string, err error) error {
+	var ae *amqp.Error
+	if errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed {
+		return fmt.Errorf("%w: declare %s %q: %w", ErrTopologyMismatch, kind, name, err)
+	}
+	return fmt.Errorf("rabbitmq: declare %s %q: %w", kind, name, err)
+}
+
 // exchangeArgs are the arguments of the main exchange. They must be the same
 // wherever it is declared: RabbitMQ refuses (PRECONDITION_FAILED) to
 // redeclare an exchange with other arguments.
@@ -32,7 +50,7 @@ func exchangeArgs(exchange string) amqp.Table {
 // (a durable fanout exchange), and the durable queue of that name bound to
 // it, where messages that match no binding end up. Declaring is idempotent;
 // it fails if an exchange or queue of the same name exists with other
-// settings. ctx bounds the whole call.
+// settings ([ErrTopologyMismatch]). ctx bounds the whole call.
 //
 // It returns an error wrapping [ErrInvalidConfig] for a bad cfg.
 func DeclareTopology(ctx context.Context, cfg *Config) error {
@@ -51,8 +69,9 @@ func DeclareTopology(ctx context.Context, cfg *Config) error {
 // message routed to it until a consumer acks it. Bindings add up over calls;
 // removing one is left to the operator.
 //
-// It returns an error wrapping [ErrInvalidConfig] for a bad cfg and
-// [messaging.ErrInvalidName] for a bad group or pattern.
+// It returns an error wrapping [ErrInvalidConfig] for a bad cfg,
+// [ErrTopologyMismatch] when the queue or an exchange exists with other
+// settings, and [messaging.ErrInvalidName] for a bad group or pattern.
 func DeclareQueue(ctx context.Context, cfg *Config, group string, patterns ...string) error {
 	c, err := cfg.resolve()
 	if err != nil {
@@ -164,10 +183,10 @@ func (c *Config) withConn(ctx context.Context, fn func(*amqp.Connection) error) 
 func declareExchanges(ch *amqp.Channel, exchange string) error {
 	ae := exchange + unroutableSuffix
 	if err := ch.ExchangeDeclare(ae, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
-		return fmt.Errorf("rabbitmq: declare exchange %q: %w", ae, err)
+		return declareError("exchange", ae, err)
 	}
 	if _, err := ch.QueueDeclare(ae, true, false, false, false, nil); err != nil {
-		return fmt.Errorf("rabbitmq: declare queue %q: %w", ae, err)
+		return declareError("queue", ae, err)
 	}
 	if err := ch.QueueBind(ae, "", ae, false, nil); err != nil {
 		return fmt.Errorf("rabbitmq: bind queue %q: %w", ae, err)
@@ -177,7 +196,7 @@ func declareExchanges(ch *amqp.Channel, exchange string) error {
 
 func declareMainExchange(ch *amqp.Channel, exchange string) error {
 	if err := ch.ExchangeDeclare(exchange, amqp.ExchangeTopic, true, false, false, false, exchangeArgs(exchange)); err != nil {
-		return fmt.Errorf("rabbitmq: declare exchange %q: %w", exchange, err)
+		return declareError("exchange", exchange, err)
 	}
 	return nil
 }
@@ -186,7 +205,7 @@ func declareMainExchange(ch *amqp.Channel, exchange string) error {
 // exchange with each pattern.
 func declareGroupQueue(ch *amqp.Channel, exchange, group string, patterns []string) error {
 	if _, err := ch.QueueDeclare(group, true, false, false, false, nil); err != nil {
-		return fmt.Errorf("rabbitmq: declare queue %q: %w", group, err)
+		return declareError("queue", group, err)
 	}
 	for _, p := range patterns {
 		if err := ch.QueueBind(group, p, exchange, false, nil); err != nil {

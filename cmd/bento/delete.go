@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -13,13 +14,15 @@ import (
 // "bento consumer declare" for tests and tutorials: it deletes a group's
 // queues (its queue, its partition queues with their hash exchange, its
 // dead-letter queue) with their messages and, with --topology, the
-// exchange's own topology.
+// exchange's own topology (consumer.Delete). It refuses while the group
+// has dead letters, unless --force.
 func (c *cli) consumerDelete(ctx context.Context, args []string) error {
-	fs := c.newFlags("consumer delete", "(--group G|--topology) [--group G] [--topology] [--exchange E] [--dry-run] [--yes]")
+	fs := c.newFlags("consumer delete", "(--group G|--topology) [--group G] [--topology] [--exchange E] [--dry-run] [--force] [--yes]")
 	group := fs.String("group", "", "the consumer group whose queues to delete")
 	topology := fs.Bool("topology", false, "also the exchange, its alternate and dead-letter exchanges and their unroutable queues (once no group uses them)")
 	exchange := fs.String("exchange", rabbitmq.DefaultExchange, "the event exchange (or BENTO_EXCHANGE)")
 	dry := fs.Bool("dry-run", false, "say what would be deleted and delete nothing")
+	force := fs.Bool("force", false, "also when the group's dead-letter queue holds dead letters (they are lost)")
 	yes := fs.Bool("yes", false, "do not ask for confirmation")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -31,7 +34,11 @@ func (c *cli) consumerDelete(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	found, err := deleteTopology(ctx, cfg, *group, *topology, &rabbitmq.DeleteOpts{DryRun: true})
+	opts := &consumer.DeleteOpts{DryRun: true, Force: *force, Topology: *topology}
+	found, err := consumer.Delete(ctx, cfg, *group, opts)
+	if errors.Is(err, consumer.ErrDeadLettersLeft) {
+		return fmt.Errorf("%w; see them with bento consumer dead list --group %s, or delete them too with --force", err, *group)
+	}
 	if err != nil {
 		return err
 	}
@@ -47,44 +54,13 @@ func (c *cli) consumerDelete(ctx context.Context, args []string) error {
 	if err := c.confirm(*yes, question); err != nil {
 		return err
 	}
-	done, err := deleteTopology(ctx, cfg, *group, *topology, nil)
+	opts.DryRun = false
+	done, err := consumer.Delete(ctx, cfg, *group, opts)
 	if err != nil {
 		return fmt.Errorf("delete: %w (deleted before the error: %s)", err, describeDeleted(done))
 	}
 	fmt.Fprintf(c.stdout, "deleted %s\n", describeDeleted(done))
 	return nil
-}
-
-// deleteTopology deletes what bento declares for group on cfg's exchange
-// (none for an empty group) and, with topology, the exchange's topology and
-// that of its dead letters. It returns what it deleted, up to an error.
-func deleteTopology(ctx context.Context, cfg *rabbitmq.Config, group string, topology bool, opts *rabbitmq.DeleteOpts) (rabbitmq.Deleted, error) {
-	var steps []func() (rabbitmq.Deleted, error)
-	if group != "" {
-		steps = append(steps,
-			func() (rabbitmq.Deleted, error) { return rabbitmq.DeletePartitions(ctx, cfg, group, opts) },
-			func() (rabbitmq.Deleted, error) {
-				return rabbitmq.DeleteQueues(ctx, cfg, []string{group, consumer.DeadLetterQueue(group), consumer.DeadLetterTap(group)}, opts)
-			})
-	}
-	if topology {
-		dead := *cfg
-		dead.Exchange = consumer.DeadLetterExchange(cfg.Exchange) // where consumer.NewAMQP sends dead letters
-		steps = append(steps,
-			func() (rabbitmq.Deleted, error) { return rabbitmq.DeleteTopology(ctx, cfg, opts) },
-			func() (rabbitmq.Deleted, error) { return rabbitmq.DeleteTopology(ctx, &dead, opts) })
-	}
-	var all rabbitmq.Deleted
-	for _, step := range steps {
-		d, err := step()
-		all.Queues = append(all.Queues, d.Queues...)
-		all.Messages += d.Messages
-		all.Exchanges = append(all.Exchanges, d.Exchanges...)
-		if err != nil {
-			return all, err
-		}
-	}
-	return all, nil
 }
 
 // describeDeleted says in words what d holds.

@@ -120,8 +120,9 @@ func (c *cli) unroutable(ctx context.Context, args []string) error {
 	return nil
 }
 
-// consumerDeclare runs "bento consumer declare": a group's queues, ahead of
-// its first deployment, so the events relayed before it starts wait for it.
+// consumerDeclare runs "bento consumer declare": a group's queues and its
+// dead-letter queue (consumer.Declare), ahead of its first deployment, so
+// the events relayed before it starts wait for it.
 func (c *cli) consumerDeclare(ctx context.Context, args []string) error {
 	fs := c.newFlags("consumer declare", "--group G --event-type T... [--partitions N] [--classic] [--exchange E]")
 	group := fs.String("group", "", "the consumer group (required)")
@@ -140,21 +141,19 @@ func (c *cli) consumerDeclare(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *partitions == 0 {
-		if err := rabbitmq.DeclareQueue(ctx, cfg, *group, types...); err != nil {
-			return err
-		}
-		fmt.Fprintf(c.stdout, "declared queue %s on %s for %s\n", *group, cfg.Exchange, strings.Join(types, ", "))
-		return nil
-	}
 	ccfg := &consumer.Config{Group: *group, Partitions: *partitions}
+	if *partitions == 0 {
+		ccfg.Partitions = -1 // the flag's 0: one unpartitioned queue
+	}
 	if *classic {
 		ccfg.QueueType = rabbitmq.Classic
 	}
-	spec := consumer.PartitionSpec(cfg.Exchange, ccfg)
-	spec.Patterns = types
-	if err := rabbitmq.DeclarePartitions(ctx, cfg, spec); err != nil {
+	if err := consumer.Declare(ctx, cfg, ccfg, types...); err != nil {
 		return err
+	}
+	if *partitions == 0 {
+		fmt.Fprintf(c.stdout, "declared queue %s on %s for %s\n", *group, cfg.Exchange, strings.Join(types, ", "))
+		return nil
 	}
 	fmt.Fprintf(c.stdout, "declared %d partition queues of %s on %s for %s\n", *partitions, *group, cfg.Exchange, strings.Join(types, ", "))
 	return nil

@@ -64,9 +64,7 @@ func openAMQP(ctx context.Context, log *slog.Logger, amqpURL string) (*bus, erro
 	}
 	cfg := &rabbitmq.Config{URL: amqpURL, Exchange: exchange, Logger: log}
 	for group, topics := range groupBindings {
-		spec := consumer.PartitionSpec(exchange, &consumer.Config{Group: group})
-		spec.Patterns = topics
-		if err := rabbitmq.DeclarePartitions(ctx, cfg, spec); err != nil {
+		if err := consumer.Declare(ctx, cfg, &consumer.Config{Group: group}, topics...); err != nil {
 			return nil, err
 		}
 	}

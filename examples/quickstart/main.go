@@ -170,9 +170,7 @@ func openBus(ctx context.Context, cfg config, topics ...string) (*bus, func(), e
 		}}, func() { _ = mem.Close() }, nil
 	}
 	amqpCfg := &rabbitmq.Config{URL: cfg.AMQPURL, Exchange: cfg.Exchange, Logger: cfg.Log}
-	spec := consumer.PartitionSpec(cfg.Exchange, &consumer.Config{Group: cfg.Group})
-	spec.Patterns = topics
-	if err := rabbitmq.DeclarePartitions(ctx, amqpCfg, spec); err != nil {
+	if err := consumer.Declare(ctx, amqpCfg, &consumer.Config{Group: cfg.Group}, topics...); err != nil {
 		return nil, nil, err
 	}
 	pub, err := rabbitmq.NewConfirmPublisher(ctx, amqpCfg)
