@@ -14,7 +14,8 @@ import (
 )
 
 // consumerCmd runs "bento consumer dead ...": a consumer group's dead
-// letters on RabbitMQ.
+// letters on RabbitMQ; "bento consumer parked ..." and "bento consumer
+// members": its parked events, holds and members in the database.
 func (c *cli) consumerCmd(ctx context.Context, args []string) error {
 	if len(args) > 0 && args[0] == "declare" {
 		return c.consumerDeclare(ctx, args[1:])
@@ -22,12 +23,21 @@ func (c *cli) consumerCmd(ctx context.Context, args []string) error {
 	if len(args) > 0 && args[0] == "delete" {
 		return c.consumerDelete(ctx, args[1:])
 	}
+	if len(args) > 0 && args[0] == "parked" {
+		return c.consumerParked(ctx, args[1:])
+	}
+	if len(args) > 0 && args[0] == "members" {
+		return c.consumerMembers(ctx, args[1:])
+	}
 	if len(args) == 0 || args[0] != "dead" {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
 			fmt.Fprintln(c.stdout, "usage: bento consumer dead list|show|replay|discard --group G ... (bento consumer dead <command> -h for its flags)")
+			fmt.Fprintln(c.stdout, "       "+strings.TrimPrefix(parkedUsage, "usage: "))
+			fmt.Fprintln(c.stdout, "       bento consumer members --group G [--takeover-time D] [--json]")
 			return errHelp
 		}
-		return usagef("want: consumer dead list|show|replay|discard, consumer declare or consumer delete")
+		return usagef("want: consumer dead list|show|replay|discard, consumer parked list|show|release, consumer members, " +
+			"consumer declare or consumer delete")
 	}
 	args = args[1:]
 	if len(args) == 0 {

@@ -20,6 +20,10 @@
 //	bento consumer dead list --group G [--event-type T] [--aggregate TYPE[/ID]] [--cause C] [--older-than D] [--json]
 //	bento consumer dead show ID --group G [--show-payload] [--json]
 //	bento consumer dead replay|discard (ID...|filters|--all) --group G [--dry-run] [--yes]
+//	bento consumer parked list --group G [--tenant T] [--aggregate TYPE[/ID]] [--reason R] [--limit N] [--json]
+//	bento consumer parked show --group G --aggregate TYPE/ID [--tenant T] [--json]
+//	bento consumer parked release MESSAGE_ID --group G --aggregate TYPE/ID [--tenant T] --versions V [--yes]
+//	bento consumer members --group G [--takeover-time D] [--json]
 //	bento consumer declare --group G --event-type T... [--partitions N] [--classic]
 //	bento consumer delete (--group G|--topology) [--dry-run] [--yes]
 //	bento unroutable list [--event-type T]... [--limit N]
@@ -111,6 +115,9 @@ Commands:
                             inspect and act on dead letters
   consumer dead list|show|replay|discard
                             a consumer group's dead letters on RabbitMQ (AMQP_URL)
+  consumer parked list|show|release
+                            events a consumer group parked behind a dead letter or a gap
+  consumer members          a partitioned group's live instances and their partitions
   consumer declare          declare a group's queues before it is deployed
   consumer delete           delete a group's queues (and the exchange's, --topology)
   unroutable list|replay    events no queue was bound for, parked by RabbitMQ
