@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -87,7 +88,9 @@ type Config struct {
 	// a console bound to a loopback address and reached on it.
 	ExcludeLoopback bool
 	// Consumers, when set, adds pages for the dead letters of consumer
-	// groups on RabbitMQ, with Replay and Discard. Defaults to none.
+	// groups on RabbitMQ, with Replay and Discard, for the events they
+	// parked behind a dead letter or a version gap, with Release, and for
+	// their members and partitions. Defaults to none.
 	Consumers *Consumers
 	// Unroutable, when set, adds a page for the events parked in the
 	// unroutable queue of this broker's exchange (published while no queue
@@ -107,6 +110,7 @@ func (c *Config) Copy() *Config {
 	if c.Consumers != nil {
 		cs := *c.Consumers
 		cs.Groups = slices.Clone(cs.Groups)
+		cs.Inspect = maps.Clone(cs.Inspect)
 		cp.Consumers = &cs
 	}
 	return &cp
@@ -228,6 +232,10 @@ func (c *Console) routeTable() []route {
 		{"GET /consumers/{group}/{id}", c.groupDeadDetail},
 		{"POST /consumers/{group}/{id}/replay", c.mutation(c.groupDeadAct("replay"))},
 		{"POST /consumers/{group}/{id}/discard", c.mutation(c.groupDeadAct("discard"))},
+		{"GET /consumers/{group}/parked", c.groupParked},
+		{"GET /consumers/{group}/parked/aggregate", c.groupParkedAggregate},
+		{"POST /consumers/{group}/parked/release", c.mutation(c.groupParkedRelease)},
+		{"GET /consumers/{group}/members", c.groupMembers},
 		{"GET /unroutable", c.unroutableList},
 		{"POST /unroutable/replay", c.mutation(c.unroutableReplay)},
 		{"GET /static/", c.static},

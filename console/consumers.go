@@ -15,7 +15,9 @@ import (
 )
 
 // Consumers lets the console show and act on consumer groups' dead letters
-// (package consumer), kept in RabbitMQ queues "<group>.dead".
+// (package consumer), kept in RabbitMQ queues "<group>.dead", and on the
+// events they parked behind a dead letter or a version gap, and shows
+// their members.
 type Consumers struct {
 	// AMQP is the broker, and the event exchange the groups are bound to:
 	// a replay goes to the replayed group's own queues on it. It has no
@@ -24,6 +26,13 @@ type Consumers struct {
 	// Groups are the consumer groups to show. It has no default: at least
 	// one is required.
 	Groups []string
+	// Inspect holds, per group, the settings of the group's consumers that
+	// its parked-events and members pages need (see consumer.InspectOpts):
+	// Versions decides what Release gives up, so set it to the group's
+	// Config.Versions. A group not in it gets consumer.InspectOpts'
+	// defaults. These pages read the inbox tables in the store's database.
+	// Defaults to none.
+	Inspect map[string]*consumer.InspectOpts
 }
 
 // groupData is the content of the consumer groups page.

@@ -36,6 +36,7 @@ var pages = func() map[string]*template.Template {
 				Cols      int
 			}{id, label, statuses, rows, len(statuses) + 3}
 		},
+		"list": func(s ...string) []string { return s },
 		"str": func(s *string) string {
 			if s == nil {
 				return ""
@@ -50,7 +51,8 @@ var pages = func() map[string]*template.Template {
 		},
 	}
 	out := map[string]*template.Template{}
-	for _, name := range []string{"overview", "dead", "detail", "error", "consumers", "group", "groupdetail", "unroutable"} {
+	for _, name := range []string{"overview", "dead", "detail", "error", "consumers", "group", "groupdetail", "unroutable",
+		"parked", "parkedaggregate", "members"} {
 		out[name] = template.Must(template.New("layout.html").Funcs(funcs).
 			ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html"))
 	}

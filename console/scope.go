@@ -2,17 +2,21 @@ package console
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/bentoevents/bento/consumer"
+	"github.com/bentoevents/bento/inbox"
 	"github.com/bentoevents/bento/outbox"
 	"github.com/bentoevents/bento/rabbitmq"
+	"github.com/bentoevents/bento/tenant"
 )
 
 // scope is how every page and action reaches what it shows or changes:
-// the outbox, the consumer groups' dead letters and the unroutable queue.
+// the outbox, the consumer groups' dead letters, parked events, holds and
+// members, and the unroutable queue.
 // It is the one place that narrows them to Config.Tenant: with a tenant
 // set, each read and change below selects that tenant's rows and messages
 // only, whatever filter the handler passes. The handlers hold no store or
@@ -93,6 +97,85 @@ func (s scope) replayGroupDead(ctx context.Context, group string, f consumer.Dea
 
 func (s scope) discardGroupDead(ctx context.Context, group string, f consumer.DeadFilter) ([]consumer.DeadLetter, error) {
 	return consumer.DiscardDeadLetters(ctx, s.consumers.AMQP, group, s.deadFilter(f))
+}
+
+// parkedFilter returns f narrowed to the scope's tenant.
+func (s scope) parkedFilter(f inbox.ParkedFilter) inbox.ParkedFilter {
+	if s.tenant != "" {
+		f.TenantID = s.tenant
+	}
+	return f
+}
+
+// inspector returns the Inspector of group over the store's database.
+// Only the methods below may use it: they keep to the scope's tenant.
+func (s scope) inspector(group string) (*consumer.Inspector, error) {
+	var opts *consumer.InspectOpts
+	if s.consumers != nil {
+		opts = s.consumers.Inspect[group]
+	}
+	return consumer.Inspect(s.store.DB(), group, opts)
+}
+
+// ownAggregate returns consumer.ErrNothingParked for an aggregate of
+// another tenant than the scope's (an empty tenant is the default one).
+func (s scope) ownAggregate(agg inbox.Aggregate) error {
+	t := agg.TenantID
+	if t == "" {
+		t = tenant.Default
+	}
+	if s.tenant != "" && t != s.tenant {
+		return fmt.Errorf("%w: %s/%s is not of tenant %s", consumer.ErrNothingParked, agg.Type, agg.ID, s.tenant)
+	}
+	return nil
+}
+
+// groupParked returns up to limit parked events of group that f selects
+// and, unless f selects another reason than held, as many holds.
+func (s scope) groupParked(ctx context.Context, group string, f inbox.ParkedFilter, limit int) ([]inbox.Parked, []inbox.Hold, error) {
+	insp, err := s.inspector(group)
+	if err != nil {
+		return nil, nil, err
+	}
+	f = s.parkedFilter(f)
+	parked, err := insp.Parked(ctx, f, limit)
+	if err != nil || (f.Reason != "" && f.Reason != inbox.ParkedHeld) {
+		return parked, nil, err
+	}
+	holds, err := insp.Holds(ctx, f, limit)
+	return parked, holds, err
+}
+
+func (s scope) groupParkedAggregate(ctx context.Context, group string, agg inbox.Aggregate, limit int) (*consumer.ParkedAggregate, error) {
+	if err := s.ownAggregate(agg); err != nil {
+		return nil, err
+	}
+	insp, err := s.inspector(group)
+	if err != nil {
+		return nil, err
+	}
+	return insp.Aggregate(ctx, agg, limit)
+}
+
+func (s scope) releaseParked(ctx context.Context, group string, agg inbox.Aggregate, messageID string) error {
+	if err := s.ownAggregate(agg); err != nil {
+		return err
+	}
+	insp, err := s.inspector(group)
+	if err != nil {
+		return err
+	}
+	return insp.Release(ctx, agg, messageID)
+}
+
+// groupMembers returns the live members of group: instances, no tenant's
+// data.
+func (s scope) groupMembers(ctx context.Context, group string) ([]consumer.Member, error) {
+	insp, err := s.inspector(group)
+	if err != nil {
+		return nil, err
+	}
+	return insp.Members(ctx)
 }
 
 // unroutableFilter returns f narrowed to the scope's tenant.

@@ -18,8 +18,9 @@ var pureFuncs = map[string]bool{"rabbitmq.UnroutableQueue": true}
 
 // TestOnlyTheScopeReachesTheData: no file of the package but scope.go
 // calls a function of the outbox, consumer, rabbitmq or inbox packages
-// (but names), or touches a store field, so every page and action, today's
-// and tomorrow's, goes through the scope and its tenant.
+// (but names), or touches a store field or the scope's inspector, so
+// every page and action, today's and tomorrow's, goes through the scope
+// and its tenant.
 func TestOnlyTheScopeReachesTheData(t *testing.T) {
 	t.Parallel()
 	files, err := filepath.Glob("*.go")
@@ -49,8 +50,9 @@ func TestOnlyTheScopeReachesTheData(t *testing.T) {
 						fset.Position(n.Pos()), pkg.Name, sel.Sel.Name)
 				}
 			case *ast.SelectorExpr:
-				if n.Sel.Name == "store" {
-					t.Errorf("%s: .store used outside scope.go: go through c.data, which keeps to Config.Tenant", fset.Position(n.Pos()))
+				if n.Sel.Name == "store" || n.Sel.Name == "inspector" {
+					t.Errorf("%s: .%s used outside scope.go: go through c.data, which keeps to Config.Tenant",
+						fset.Position(n.Pos()), n.Sel.Name)
 				}
 			}
 			return true

@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/bentoevents/bento/console"
 	"github.com/bentoevents/bento/consumer"
+	"github.com/bentoevents/bento/inbox"
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
@@ -76,6 +78,28 @@ func TestTenantLockedConsoleKeepsToItsTenant(t *testing.T) {
 		Consumers: &console.Consumers{AMQP: amqpCfg, Groups: []string{group}}, Unroutable: amqpCfg,
 	})
 	b, own := e.rows["b"].ID, e.rows["e"].ID // tenant default's dead letter; acme's
+	// The group's parked events and holds: acme's order o1 and globex's
+	// order o2 are each held behind their version 2, with version 3
+	// parked; one instance of the group is live.
+	require.NoError(t, inbox.Migrate(ctx, e.db))
+	in, err := inbox.New(e.db, &inbox.Config{Consumer: group})
+	require.NoError(t, err)
+	for _, a := range []struct{ tenant, id string }{{"acme", "o1"}, {"globex", "o2"}} {
+		for v, park := range []bool{false, true} {
+			m, err := messaging.NewMessage(&outbox.Message{ID: fmt.Sprintf("pk-%s-%d", a.tenant, v+2), TenantID: a.tenant,
+				Topic: "walk.live", AggregateType: "order", AggregateID: a.id, AggregateVersion: int64(v + 2), SchemaVersion: 1,
+				Payload: []byte(`{"iban":"DE89370400440532013000"}`), OccurredAt: time.Now().UTC()})
+			require.NoError(t, err)
+			if park {
+				require.NoError(t, in.Park(ctx, m, 0, inbox.ParkedHeld))
+			} else {
+				require.NoError(t, in.Hold(ctx, m))
+			}
+		}
+	}
+	require.NoError(t, e.db.Exec(`INSERT INTO consumer_members (consumer, member_id, partitions, expires_ms) VALUES (?, ?, 1, ?)`,
+		group, "walk-member", time.Now().Add(time.Hour).UnixMilli()).Error)
+	parked := "/consumers/" + group + "/parked"
 	tok := e.token(t, "/dead")
 	post := func(form url.Values) url.Values {
 		form.Set("csrf_token", tok)
@@ -100,6 +124,16 @@ func TestTenantLockedConsoleKeepsToItsTenant(t *testing.T) {
 			form: post(url.Values{}), status: 404},
 		"POST /consumers/{group}/{id}/discard": {method: "POST", path: "/consumers/" + group + "/dl-globex/discard",
 			form: post(url.Values{"confirm": {"yes"}}), status: 404},
+		"GET /consumers/{group}/parked": {method: "GET", path: parked + "?tenant=globex", status: 200,
+			shown: []string{`data-id="pk-acme-3"`, `data-id="pk-acme-2"`}, hidden: []string{"pk-globex"}},
+		"GET /consumers/{group}/parked/aggregate": {method: "GET", path: parked + "/aggregate?tenant=globex&type=order&id=o2",
+			status: 404, hidden: []string{"pk-globex"}},
+		"POST /consumers/{group}/parked/release": {method: "POST", path: parked + "/release",
+			form: post(url.Values{"tenant": {"globex"}, "type": {"order"}, "id": {"o2"}, "message_id": {"pk-globex-2"},
+				"confirm": {"yes"}}), status: 404},
+		// Instances, no tenant's data.
+		"GET /consumers/{group}/members": {method: "GET", path: "/consumers/" + group + "/members", status: 200,
+			shown: []string{`data-member="walk-member"`}},
 		"GET /unroutable": {method: "GET", path: "/unroutable", status: 200, shown: []string{`data-id="un-acme"`}, hidden: []string{"un-globex"}},
 		// Bulk: acme's event of the type is replayed (and comes back, no
 		// queue being bound), globex's is not.
@@ -154,8 +188,11 @@ func TestTenantLockedConsoleKeepsToItsTenant(t *testing.T) {
 	if assert.Contains(t, queueIDs(t, amqpCfg, unroutable), "un-globex", "globex's unroutable event") {
 		intact++
 	}
+	if holds, err := in.ListHolds(ctx, inbox.ParkedFilter{TenantID: "globex"}, 10); assert.NoError(t, err) && assert.Len(t, holds, 1, "globex's hold") {
+		intact++
+	}
 	assert.Empty(t, queueIDs(t, amqpCfg, group), "nothing replayed into the group")
-	t.Logf("%d of %d routes kept tenant acme's console to acme; %d of 3 of the other tenants' messages intact", kept, len(routes), intact)
+	t.Logf("%d of %d routes kept tenant acme's console to acme; %d of 4 of the other tenants' messages and holds intact", kept, len(routes), intact)
 }
 
 // queueIDs lists the message ids in queue, leaving them there.

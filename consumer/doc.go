@@ -45,4 +45,7 @@
 // inbox.VersionsContiguous, an event whose predecessor has not been
 // applied waits parked the same way, and becomes a "gap" dead letter after
 // [Config].GapTimeout. [Consumer.Parked] lists what is parked.
+// [Inspect] returns an [Inspector] that shows a group's parked events,
+// holds and members, and releases aggregates, from the database alone,
+// for operators' tools.
 package consumer

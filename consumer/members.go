@@ -45,13 +45,18 @@ func newMembers(db *gorm.DB, group string, partitions int) (*members, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	now := `CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)`
-	if d == dialect.SQLite {
-		now = `CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)`
-	}
 	// Two consumers of a group in one process are two members.
-	return &members{db: db, postgres: d == dialect.Postgres, now: now, group: group, id: instance.ID(),
+	return &members{db: db, postgres: d == dialect.Postgres, now: nowMillis(d), group: group, id: instance.ID(),
 		partitions: partitions}, nil
+}
+
+// nowMillis is the SQL for the clock of a database of dialect d, in
+// milliseconds since 1970: the clock of consumer_members.expires_ms.
+func nowMillis(d dialect.Dialect) string {
+	if d == dialect.SQLite {
+		return `CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)`
+	}
+	return `CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)`
 }
 
 // beat forgets expired members, renews this member's row for ttlMillis
@@ -173,6 +178,10 @@ func (m *members) guards(takeover time.Duration, log *slog.Logger) (begin, befor
 // (three quarters of TakeoverTime), so the peer that takes its partitions
 // over is not blocked behind them.
 func txTimeout(takeover time.Duration) time.Duration { return takeover / 2 }
+
+// memberTTL is how long a heartbeat keeps a member's row live: three
+// quarters of TakeoverTime.
+func memberTTL(takeover time.Duration) time.Duration { return takeover * 3 / 4 }
 
 // beatTimeout bounds each heartbeat, the interval between two: a database
 // that hangs costs one beat, not the membership loop. (Half of it made a

@@ -45,9 +45,10 @@ func partitionOf(ctx context.Context) int {
 // Parked returns up to limit events this consumer group parked instead of
 // applying them out of order (see Config.DisableHoldBack), oldest first: those
 // waiting behind a dead letter ("held"), those waiting for a predecessor
-// ("waiting"), and those that waited past GapTimeout ("gap").
+// ("waiting"), and those that waited past GapTimeout ("gap"). It is
+// Inspector.Parked with no filter; Inspect reads them without a consumer.
 func (c *Consumer) Parked(ctx context.Context, limit int) ([]inbox.Parked, error) {
-	return c.inbox.ListParked(ctx, limit)
+	return c.inspector().Parked(ctx, inbox.ParkedFilter{}, limit)
 }
 
 // Release gives up what holds an aggregate back (see
@@ -64,11 +65,12 @@ func (c *Consumer) Parked(ctx context.Context, limit int) ([]inbox.Parked, error
 // already, or it is held behind another message now, such as a parked
 // event that failed in its turn) changes nothing and returns
 // ErrStaleRelease, so a retried Release never lifts a hold it did not
-// name. An empty tenant means the default tenant.
+// name. An empty tenant means the default tenant. Inspector.Release does
+// the same without a consumer.
 //
 // Errors: ErrStaleRelease, inbox.ErrClosed, or the database error.
 func (c *Consumer) Release(ctx context.Context, agg inbox.Aggregate, messageID string) error {
-	return c.inbox.Release(ctx, agg, messageID)
+	return c.inspector().Release(ctx, agg, messageID)
 }
 
 // Aggregate returns the aggregate d belongs to: with d.MessageID it names

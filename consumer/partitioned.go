@@ -38,7 +38,7 @@ type partitionWorker struct {
 // handles the partitions dealt to this instance, and follows the membership
 // as instances come and go, until ctx ends.
 func (c *Consumer) runPartitioned(ctx context.Context, handle message.HandlerFunc, patterns []string) error {
-	ttl, every, timeout := c.cfg.TakeoverTime*3/4, c.cfg.TakeoverTime/4, beatTimeout(c.cfg.TakeoverTime)
+	ttl, every, timeout := memberTTL(c.cfg.TakeoverTime), c.cfg.TakeoverTime/4, beatTimeout(c.cfg.TakeoverTime)
 	owned, err := c.members.beat(ctx, ttl.Milliseconds(), timeout)
 	switch {
 	case ctx.Err() != nil:

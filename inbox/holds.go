@@ -161,6 +161,47 @@ WHERE consumer = ? AND tenant_id = ? AND aggregate_type = ? AND aggregate_id = ?
 	})
 }
 
+// Hold is an aggregate held back behind a dead letter: its later versions
+// are parked until the dead letter is applied (replayed) or the hold is
+// released.
+type Hold struct {
+	TenantID      string
+	AggregateType string
+	AggregateID   string
+	// Version and MessageID are the dead letter's.
+	Version   int64
+	MessageID string
+	// CreatedAt is when the aggregate was held back.
+	CreatedAt time.Time
+}
+
+// Aggregate returns the aggregate h holds back: with h.MessageID it names
+// what Release gives up.
+func (h *Hold) Aggregate() Aggregate {
+	return Aggregate{TenantID: h.TenantID, Type: h.AggregateType, ID: h.AggregateID}
+}
+
+// ListHolds returns up to limit holds that f selects (its Reason aside),
+// oldest first.
+//
+// Errors: ErrInvalidArgument for a limit below 1 or an unknown reason,
+// ErrClosed, or the database error.
+func (in *Inbox) ListHolds(ctx context.Context, f ParkedFilter, limit int) ([]Hold, error) {
+	cond, args, err := f.where(in.cfg.Consumer, false)
+	if err != nil {
+		return nil, err
+	}
+	if limit < 1 {
+		return nil, fmt.Errorf("%w: limit %d is below 1", ErrInvalidArgument, limit)
+	}
+	var rows []Hold
+	if err := in.db.WithContext(ctx).Raw(`SELECT tenant_id, aggregate_type, aggregate_id, version, message_id, created_at
+FROM inbox_holds WHERE `+cond+` ORDER BY created_at, aggregate_id LIMIT ?`, append(args, limit)...).Scan(&rows).Error; err != nil {
+		return nil, wrapDB("list holds", err)
+	}
+	return rows, nil
+}
+
 // holdRow is a row of inbox_holds.
 type holdRow struct {
 	Version   int64

@@ -164,11 +164,64 @@ WHERE consumer = ? AND tenant_id = ? AND aggregate_type = ? AND aggregate_id = ?
 	return &p, err
 }
 
-// ListParked returns up to limit parked events, oldest first.
-func (in *Inbox) ListParked(ctx context.Context, limit int) ([]Parked, error) {
+// ParkedFilter selects parked events and holds. A zero field selects
+// every value of it.
+type ParkedFilter struct {
+	// TenantID selects one tenant's.
+	TenantID string
+	// AggregateType and AggregateID select one aggregate type, or with
+	// both set one aggregate.
+	AggregateType, AggregateID string
+	// Reason selects the parked events parked for it: ParkedHeld,
+	// ParkedWaiting or ParkedGap. Holds have no reason: ListHolds ignores
+	// it.
+	Reason string
+}
+
+// where returns the condition of f on consumer's rows of inbox_parked or
+// inbox_holds, and its arguments; parked adds the reason.
+func (f ParkedFilter) where(consumer string, parked bool) (string, []any, error) {
+	cond, args := `consumer = ?`, []any{consumer}
+	for _, c := range []struct{ col, v string }{
+		{"tenant_id", f.TenantID}, {"aggregate_type", f.AggregateType}, {"aggregate_id", f.AggregateID},
+	} {
+		if c.v != "" {
+			cond, args = cond+` AND `+c.col+` = ?`, append(args, c.v)
+		}
+	}
+	switch f.Reason {
+	case "":
+	case ParkedHeld, ParkedWaiting, ParkedGap:
+		if parked {
+			cond, args = cond+` AND reason = ?`, append(args, f.Reason)
+		}
+	default:
+		return "", nil, fmt.Errorf("%w: parked reason %q: want %s, %s or %s", ErrInvalidArgument, f.Reason,
+			ParkedHeld, ParkedWaiting, ParkedGap)
+	}
+	return cond, args, nil
+}
+
+// ListParked returns up to limit parked events that f selects, oldest
+// first, or, when f names one aggregate (type and id), in version order.
+//
+// Errors: ErrInvalidArgument for a limit below 1 or an unknown reason,
+// ErrClosed, or the database error.
+func (in *Inbox) ListParked(ctx context.Context, f ParkedFilter, limit int) ([]Parked, error) {
+	cond, args, err := f.where(in.cfg.Consumer, true)
+	if err != nil {
+		return nil, err
+	}
+	if limit < 1 {
+		return nil, fmt.Errorf("%w: limit %d is below 1", ErrInvalidArgument, limit)
+	}
+	order := `parked_at, aggregate_id, version`
+	if f.AggregateType != "" && f.AggregateID != "" {
+		order = `tenant_id, version, message_id`
+	}
 	var rows []parkedRow
-	err := in.db.WithContext(ctx).Raw(`SELECT `+parkedColumns+` FROM inbox_parked
-WHERE consumer = ? ORDER BY parked_at, aggregate_id, version LIMIT ?`, in.cfg.Consumer, limit).Scan(&rows).Error
+	err = in.db.WithContext(ctx).Raw(`SELECT `+parkedColumns+` FROM inbox_parked
+WHERE `+cond+` ORDER BY `+order+` LIMIT ?`, append(args, limit)...).Scan(&rows).Error
 	if err != nil {
 		return nil, wrapDB("list parked", err)
 	}

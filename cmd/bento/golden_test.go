@@ -18,6 +18,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/aggregate"
+	"github.com/bentoevents/bento/inbox"
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/outbox"
 	"github.com/bentoevents/bento/rabbitmq"
@@ -289,6 +290,25 @@ func seededRuns(t *testing.T, db *gorm.DB, dsn string, sample sampleFunc) {
 	}
 	sample("inbox purge --dry-run", "", "inbox", "purge", "--older-than", "30d", "--dry-run")
 	sample("idempotency purge", "", "idempotency", "purge", "--yes")
+
+	// Group billing: acme's order o1 held behind its dead-lettered
+	// version 2, version 3 parked behind it; globex's o1 waiting for its
+	// version 2. Two live instances.
+	in, err := inbox.New(db, &inbox.Config{Consumer: "billing"})
+	require.NoError(t, err)
+	ctx := t.Context()
+	require.NoError(t, in.Hold(ctx, aggregateMsg(t, "acme-o1-2", "acme", "o1", 2)))
+	require.NoError(t, in.Park(ctx, aggregateMsg(t, "acme-o1-3", "acme", "o1", 3), 1, inbox.ParkedHeld))
+	require.NoError(t, in.Park(ctx, aggregateMsg(t, "globex-o1-3", "globex", "o1", 3), 2, inbox.ParkedWaiting))
+	sample("consumer parked list", "", "consumer", "parked", "list", "--group", "billing")
+	sample("consumer parked show", "", "consumer", "parked", "show", "--group", "billing", "--tenant", "acme", "--aggregate", "order/o1")
+	sample("consumer parked release", "y\n", "consumer", "parked", "release", "acme-o1-2", "--group", "billing",
+		"--tenant", "acme", "--aggregate", "order/o1", "--versions", "ignored")
+	for _, id := range []string{"host-a:1", "host-b:2"} {
+		require.NoError(t, db.Exec(`INSERT INTO consumer_members (consumer, member_id, partitions, expires_ms) VALUES (?, ?, 4, ?)`,
+			"billing", id, now.Add(time.Hour).UnixMilli()).Error)
+	}
+	sample("consumer members", "", "consumer", "members", "--group", "billing")
 }
 
 // goldenBrokerRuns runs the samples of the RabbitMQ commands on a fresh
