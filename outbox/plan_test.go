@@ -95,17 +95,18 @@ func assertBounded(t *testing.T, what string, plan explained, rows int64) {
 }
 
 // pileUpSQL writes pileSize events of aggregate order/hot behind its dead
-// first event, held back already when held (as a claim leaves them), and
-// readyRows due events of other aggregates, all due a minute ago.
-func pileUpSQL(t *testing.T, db *gorm.DB, held bool) {
+// first event, the first held of them held back already (as claims leave
+// them), and readyRows due events of other aggregates, all due a minute
+// ago.
+func pileUpSQL(t *testing.T, db *gorm.DB, held int) {
 	t.Helper()
 	require.NoError(t, db.Exec(`
 		INSERT INTO outbox_events (id, topic, aggregate_type, aggregate_id, aggregate_version,
 		                           payload, occurred_at, created_at, available_at, status, held)
 		SELECT 'h' || lpad(g::text, 25, '0'), 'order.paid', 'order', 'hot', g,
 		       '{}', now(), now(), now() - interval '1 minute',
-		       CASE WHEN g = 1 THEN 'dead' ELSE 'new' END, g > 1 AND ?
-		FROM generate_series(1, ?) AS g`, held, pileSize+1).Error)
+		       CASE WHEN g = 1 THEN 'dead' ELSE 'new' END, g BETWEEN 2 AND ?
+		FROM generate_series(1, ?) AS g`, held+1, pileSize+1).Error)
 	require.NoError(t, db.Exec(`
 		INSERT INTO outbox_events (id, topic, aggregate_type, aggregate_id, aggregate_version,
 		                           payload, occurred_at, created_at, available_at, status)
@@ -148,11 +149,17 @@ func claimArgs(limit, scan int) map[string]any {
 // hotAggregate is promote's arguments for the piled-up aggregate.
 var hotAggregate = []any{"default", "order", "hot"}
 
-// heldPileStatements checks, on a table holding a held pile and readyRows
-// rows of other aggregates, the claim of those rows and the release of
-// the pile's next row.
-func heldPileStatements(t *testing.T, db *gorm.DB) {
+// tailStatements checks, on a table holding a pile whose last 5,000
+// events are not held back yet and readyRows rows of other aggregates, the
+// claim that holds those 5,000 back (each with 45,000 earlier events of its
+// aggregate), the claim of the other rows beside the held pile, and the
+// release of the pile's next row.
+func tailStatements(t *testing.T, db *gorm.DB) {
 	t.Helper()
+	hold := explain(t, db, outbox.PostgresClaimSQL(), claimArgs(readyRows, 5000))
+	assertBounded(t, "claim holding the pile's last 5,000 rows back", hold, 5000)
+	require.Equal(t, int64(pileSize), countRows(t, db, "held"))
+
 	claim := explain(t, db, outbox.PostgresClaimSQL(), claimArgs(readyRows, readyRows))
 	assertBounded(t, "claim of 10 ready rows beside a held pile", claim, readyRows)
 	require.Equal(t, int64(readyRows), countRows(t, db, "status = 'publishing'"))
@@ -164,23 +171,23 @@ func heldPileStatements(t *testing.T, db *gorm.DB) {
 
 // TestPostgresPlansSkewedStatistics analyzes the table with the pile in
 // it, so the planner believes every row belongs to one aggregate, and
-// checks the claim that holds the pile back, the claim of the other
-// aggregates' rows beside a held pile, and the release of the pile's next
-// row.
+// checks the claims that hold the pile's first and last 5,000 events back,
+// the claim of the other aggregates' rows beside the held pile, and the
+// release of the pile's next row.
 func TestPostgresPlansSkewedStatistics(t *testing.T) {
 	t.Parallel()
 	planLayouts(t, func(t *testing.T, open func() *gorm.DB) {
 		db := open()
-		pileUpSQL(t, db, false)
+		pileUpSQL(t, db, 0)
 		require.NoError(t, db.Exec("ANALYZE outbox_events").Error)
 		hold := explain(t, db, outbox.PostgresClaimSQL(), claimArgs(readyRows, 5000))
-		assertBounded(t, "claim holding 5,000 rows back", hold, 5000)
+		assertBounded(t, "claim holding the pile's first 5,000 rows back", hold, 5000)
 		require.Equal(t, int64(5000), countRows(t, db, "held"))
 
 		db = open()
-		pileUpSQL(t, db, true)
+		pileUpSQL(t, db, pileSize-5000)
 		require.NoError(t, db.Exec("ANALYZE outbox_events").Error)
-		heldPileStatements(t, db)
+		tailStatements(t, db)
 	})
 }
 
@@ -192,14 +199,14 @@ func TestPostgresPlansNoStatistics(t *testing.T) {
 	t.Parallel()
 	planLayouts(t, func(t *testing.T, open func() *gorm.DB) {
 		db := open()
-		pileUpSQL(t, db, false)
+		pileUpSQL(t, db, 0)
 		var analyzed int64
 		require.NoError(t, db.Raw(`SELECT count(*) FROM pg_stats
 			WHERE tablename LIKE 'outbox_events%' AND schemaname = current_schema()`).Scan(&analyzed).Error)
 		require.Zero(t, analyzed, "the table has statistics")
 
 		hold := explain(t, db, outbox.PostgresClaimSQL(), claimArgs(readyRows, 5000))
-		assertBounded(t, "claim holding 5,000 rows back", hold, 5000)
+		assertBounded(t, "claim holding the pile's first 5,000 rows back", hold, 5000)
 
 		store, err := outbox.NewStore(db, nil)
 		require.NoError(t, err)
@@ -213,14 +220,8 @@ func TestPostgresPlansNoStatistics(t *testing.T) {
 		assert.Len(t, got, readyRows)
 		assert.Equal(t, int64(pileSize), countRows(t, db, "held"))
 
-		heldPileStatements(t, pileHeldNoStatistics(t, open))
+		db = open()
+		pileUpSQL(t, db, pileSize-5000)
+		tailStatements(t, db)
 	})
-}
-
-// pileHeldNoStatistics is a fresh table with a held pile, never analyzed.
-func pileHeldNoStatistics(t *testing.T, open func() *gorm.DB) *gorm.DB {
-	t.Helper()
-	db := open()
-	pileUpSQL(t, db, true)
-	return db
 }
