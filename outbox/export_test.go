@@ -18,3 +18,7 @@ func PostgresClaimArgs(now time.Time, limit int) map[string]any {
 		"max_bytes": int64(math.MaxInt64), "first_free": true,
 	}
 }
+
+// PromoteSQL exposes the statement that releases the first held row of
+// each of n aggregates.
+func PromoteSQL(n int) string { return promoteSQL(n) }

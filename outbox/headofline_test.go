@@ -66,11 +66,12 @@ func indexRowsRead(t *testing.T, db *gorm.DB, limit int) int64 {
 }
 
 // planNode is one node of an EXPLAIN (ANALYZE, FORMAT JSON) plan: its type,
-// the index it scans, and the rows it read (returned over all loops, plus
-// those its filter removed).
+// the table and index it scans, the rows it read (returned over all loops,
+// plus those its filter removed) and, with BUFFERS, the shared buffers it
+// and the nodes below it hit or read.
 type planNode struct {
-	kind, index string
-	read        int64
+	kind, relation, index string
+	read, buffers         int64
 }
 
 // planNodes flattens a JSON plan, depth first.
@@ -83,11 +84,15 @@ func planNodes(t *testing.T, plan string) []planNode {
 	var walk func(n map[string]any)
 	walk = func(n map[string]any) {
 		kind, _ := n["Node Type"].(string)
+		relation, _ := n["Relation Name"].(string)
 		index, _ := n["Index Name"].(string)
 		rows, _ := n["Actual Rows"].(float64)
 		loops, _ := n["Actual Loops"].(float64)
 		removed, _ := n["Rows Removed by Filter"].(float64)
-		out = append(out, planNode{kind: kind, index: index, read: int64(rows*loops + removed)})
+		hit, _ := n["Shared Hit Blocks"].(float64)
+		read, _ := n["Shared Read Blocks"].(float64)
+		out = append(out, planNode{kind: kind, relation: relation, index: index,
+			read: int64(rows*loops + removed), buffers: int64(hit + read)})
 		children, _ := n["Plans"].([]any)
 		for _, c := range children {
 			walk(c.(map[string]any))

@@ -39,7 +39,8 @@ func requireMigrated(t *testing.T, db *gorm.DB) {
 	want = append(want,
 		migrationRow{Component: "outbox", Version: 5, Name: "head_of_line"},
 		migrationRow{Component: "outbox", Version: 6, Name: "unique_aggregate_versions"},
-		migrationRow{Component: "outbox", Version: 7, Name: "unsent_index"})
+		migrationRow{Component: "outbox", Version: 7, Name: "unsent_index"},
+		migrationRow{Component: "outbox", Version: 8, Name: "aggregate_probes"})
 	require.Equal(t, want, rows)
 	m := db.Migrator()
 	require.True(t, m.HasTable(&outbox.Message{}), "outbox_events table")
@@ -135,9 +136,9 @@ func TestMigrations(t *testing.T) {
 	}
 	for dir, want := range map[string][]string{
 		"postgres": {"001_outbox_events.sql", "002_relay_indexes.sql", "003_failed_at.sql", "004_idle_relays.sql",
-			"005_head_of_line.sql", "006_unique_aggregate_versions.sql", "007_unsent_index.sql"},
+			"005_head_of_line.sql", "006_unique_aggregate_versions.sql", "007_unsent_index.sql", "008_aggregate_probes.sql"},
 		"sqlite": {"001_outbox_events.sql", "002_relay_indexes.sql", "003_failed_at.sql",
-			"005_head_of_line.sql", "006_unique_aggregate_versions.sql", "007_unsent_index.sql"},
+			"005_head_of_line.sql", "006_unique_aggregate_versions.sql", "007_unsent_index.sql", "008_aggregate_probes.sql"},
 	} {
 		entries, err := fs.ReadDir(fsys, dir)
 		require.NoError(t, err)

@@ -1,7 +1,6 @@
 package outbox
 
 import (
-	"fmt"
 	"strings"
 	"time"
 
@@ -45,22 +44,83 @@ const dueWhere = `o.status IN ('new', 'publishing', 'failed')
 const tenantFilter = `
   AND o.tenant_id = @tenant`
 
-// unsentRelativeSQL is true when another event of the aggregate of row
-// %[1]s, with a version %[2]s than the row's, is new, publishing, failed or
-// dead; %[3]s is appended to the inner SELECT (a row lock). It reads the
-// outbox_events_unsent_aggregate index.
-const unsentRelativeSQL = `(%[1]s.aggregate_id <> '' AND EXISTS (
-        SELECT 1 FROM outbox_events p
-        WHERE p.tenant_id = %[1]s.tenant_id
-          AND p.aggregate_type = %[1]s.aggregate_type
-          AND p.aggregate_id = %[1]s.aggregate_id
-          AND p.aggregate_version %[2]s %[1]s.aggregate_version
+// The per-aggregate checks below each read one row of an index over the
+// aggregate and its versions (outbox_events_unsent_aggregate,
+// outbox_events_leased, outbox_events_held): the first row, in the
+// index's order, of a range of its keys written as row comparisons over
+// aggregateKey. Those indexes lead with aggregate_id and no other does, so
+// no other index can read the range, and only they are ordered by it: the
+// planner's other choices (a sequential scan, or a full scan of another
+// index, then a sort) cost the whole table, whatever its statistics say.
+// Plain equality conditions under EXISTS let it guess otherwise: analyzed
+// while one aggregate filled the table, it expected an early match in a
+// sequential scan; never analyzed, an index led by tenant_id looked as
+// good.
+
+// aggregateKey lists alias's columns in the order of the per-aggregate
+// indexes: the aggregate, then the version.
+func aggregateKey(alias string) string {
+	return "(" + alias + ".aggregate_id, " + alias + ".aggregate_type, " + alias + ".tenant_id, " + alias + ".aggregate_version)"
+}
+
+// aggregateOrder is aggregateKey as an ORDER BY list.
+func aggregateOrder(alias string) string {
+	return strings.Trim(aggregateKey(alias), "()")
+}
+
+// Versions are at least 0 (validate.go): these bounds take in every version
+// of an aggregate.
+const (
+	firstVersion = "-9223372036854775807"
+	lastVersion  = "9223372036854775807"
+)
+
+// versionRange selects the rows of alias p of one aggregate (its id, type
+// and tenant, as SQL expressions) whose version lies between lo and hi:
+// lo is ">" or ">=", hi "<" or "<=".
+func versionRange(p, aggID, aggType, tenant, lo, loVersion, hi, hiVersion string) string {
+	agg := aggID + ", " + aggType + ", " + tenant + ", "
+	return aggregateKey(p) + " " + lo + " (" + agg + loVersion + ")\n          AND " +
+		aggregateKey(p) + " " + hi + " (" + agg + hiVersion + ")"
+}
+
+// unsentRelative is true when another event of the aggregate of row, with
+// a version before (before = true) or after the row's, is new, publishing,
+// failed or dead; lock is appended to the inner SELECT (a row lock). It is
+// one probe of the outbox_events_unsent_aggregate index: the first such
+// event in its order.
+func unsentRelative(row string, before bool, lock string) string {
+	id, typ, tenant, version := row+".aggregate_id", row+".aggregate_type", row+".tenant_id", row+".aggregate_version"
+	between := versionRange("p", id, typ, tenant, ">=", firstVersion, "<", version)
+	if !before {
+		between = versionRange("p", id, typ, tenant, ">", version, "<=", lastVersion)
+	}
+	return `(` + id + ` <> '' AND (
+        SELECT p.aggregate_version FROM outbox_events p
+        WHERE ` + between + `
           AND p.status IN ('new', 'publishing', 'failed', 'dead')
-          AND p.aggregate_id <> ''%[3]s))`
+          AND p.aggregate_id <> ''
+        ORDER BY ` + aggregateOrder("p") + `
+        LIMIT 1` + lock + `) IS NOT NULL)`
+}
 
 // blocked is true when an earlier event of row's aggregate is still to be
 // sent or dead, so row must wait; lock is appended to the inner SELECT.
-func blocked(row, lock string) string { return fmt.Sprintf(unsentRelativeSQL, row, "<", lock) }
+func blocked(row, lock string) string { return unsentRelative(row, true, lock) }
+
+// leasedBefore is true when an earlier event of row j's aggregate is
+// leased to @worker: one probe of the outbox_events_leased index, which
+// lists leased rows by worker, then as aggregateKey.
+const leasedBefore = `(
+        SELECT p.aggregate_version FROM outbox_events p
+        WHERE (p.locked_by, p.aggregate_id, p.aggregate_type, p.tenant_id, p.aggregate_version)
+                >= (@worker, j.aggregate_id, j.aggregate_type, j.tenant_id, ` + firstVersion + `)
+          AND (p.locked_by, p.aggregate_id, p.aggregate_type, p.tenant_id, p.aggregate_version)
+                < (@worker, j.aggregate_id, j.aggregate_type, j.tenant_id, j.aggregate_version)
+          AND p.status = 'publishing'
+          AND p.aggregate_id <> ''
+        ORDER BY p.locked_by, p.aggregate_id, p.aggregate_type, p.tenant_id, p.aggregate_version
+        LIMIT 1) IS NOT NULL`
 
 // claimSet takes the rows under the worker's lease, which ends at @until by
 // the database's clock. A row taken over from an expired lease counts as a
@@ -162,24 +222,15 @@ func pgClaimSQL(byTenant bool) string {
   -- Blocked rows that wait for nothing the claim may take itself, nor for
   -- a row this worker leased in an earlier round: the rows to hold back.
   -- Materialised, so the row locks below are taken for these rows only.
-  SELECT j.* FROM judged j
+  -- first_free is the first version of the row's aggregate the claim may
+  -- take: a window over the rows judged, so no plan compares them in pairs.
+  SELECT j.* FROM (
+    SELECT *, min(CASE WHEN NOT blocked THEN aggregate_version END)
+                OVER (PARTITION BY tenant_id, aggregate_type, aggregate_id) AS first_free
+    FROM judged) j
   WHERE j.blocked
-    AND NOT EXISTS (
-        SELECT 1 FROM judged p
-        WHERE NOT p.blocked
-          AND p.tenant_id = j.tenant_id
-          AND p.aggregate_type = j.aggregate_type
-          AND p.aggregate_id = j.aggregate_id
-          AND p.aggregate_version < j.aggregate_version)
-    AND NOT EXISTS (
-        SELECT 1 FROM outbox_events p
-        WHERE p.tenant_id = j.tenant_id
-          AND p.aggregate_type = j.aggregate_type
-          AND p.aggregate_id = j.aggregate_id
-          AND p.aggregate_version < j.aggregate_version
-          AND p.status = 'publishing'
-          AND p.locked_by = @worker
-          AND p.aggregate_id <> '')
+    AND (j.first_free IS NULL OR j.first_free >= j.aggregate_version)
+    AND NOT ` + leasedBefore + `
 ), held AS (
   UPDATE outbox_events SET held = true
   FROM waits j
@@ -239,7 +290,7 @@ RETURNING false, ` + returningColumns + `, ` + nextWaits
 // nextWaits is true for a claimed row when a later event of its aggregate
 // is still to be sent (new, failed or held): settling the row is what lets
 // that one go, so the relay should claim again at once (Message.NextWaits).
-var nextWaits = fmt.Sprintf(unsentRelativeSQL, "outbox_events", ">", "")
+var nextWaits = unsentRelative("outbox_events", false, "")
 
 // returningColumns are the columns a claim returns, in the order
 // scanMessage reads them.
@@ -256,21 +307,27 @@ const returningColumns = `outbox_events.id, outbox_events.tenant_id, outbox_even
 var heldColumns = strings.Replace(returningColumns,
 	"outbox_events.payload, outbox_events.metadata", `'null'::jsonb, '{}'::jsonb`, 1)
 
-// promoteSQL lets the first held row of each aggregate in @aggs be claimed
-// again. It runs in the transaction that moved an event of those aggregates
-// out of the unsent states (MarkSent, DeleteSent, Discard), after that
-// change, so it sees every row a claim held back behind that event. The
-// claim checks the promoted row again and holds it back anew if another
-// event still precedes it.
-const promoteSQL = `UPDATE outbox_events SET held = false
-WHERE held
-  AND (tenant_id, aggregate_type, aggregate_id) IN @aggs
-  AND aggregate_version = (
-    SELECT min(h.aggregate_version) FROM outbox_events h
+// promoteSQL lets the first held row of each of n aggregates be claimed
+// again; its arguments are the aggregates' tenant, type and id, in that
+// order, n times. It runs in the transaction that moved an event of those
+// aggregates out of the unsent states (MarkSent, DeleteSent, Discard),
+// after that change, so it sees every row a claim held back behind that
+// event. The claim checks the promoted row again and holds it back anew if
+// another event still precedes it. Each aggregate's first held row is one
+// probe of the outbox_events_held index, and the row is then updated by
+// its primary key; the update does not test held again, so no plan may
+// walk the held rows instead (a row promoted twice is only checked again).
+func promoteSQL(n int) string {
+	return `UPDATE outbox_events SET held = false
+WHERE id IN (
+  SELECT (
+    SELECT h.id FROM outbox_events h
     WHERE h.held
-      AND h.tenant_id = outbox_events.tenant_id
-      AND h.aggregate_type = outbox_events.aggregate_type
-      AND h.aggregate_id = outbox_events.aggregate_id)`
+      AND ` + versionRange("h", "a.column3", "a.column2", "a.column1", ">=", firstVersion, "<=", lastVersion) + `
+    ORDER BY ` + aggregateOrder("h") + `
+    LIMIT 1)
+  FROM (VALUES ` + dialect.Tuples(n, 3) + `) a)`
+}
 
 // insertColumns are the columns Insert writes; the others start NULL.
 const insertColumns = `INSERT INTO outbox_events (id, tenant_id, topic, aggregate_type, aggregate_id,

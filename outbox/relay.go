@@ -260,17 +260,18 @@ func (s *Store) leave(tx *gorm.DB, query string, args map[string]any) (int64, er
 // being forgotten.
 func promote(tx *gorm.DB, keys [][3]string) error {
 	seen := map[[3]string]bool{}
-	var aggs [][]any
+	var aggs []any
 	for _, k := range keys {
 		if k[2] != "" && !seen[k] {
 			seen[k] = true
-			aggs = append(aggs, []any{k[0], k[1], k[2]})
+			aggs = append(aggs, k[0], k[1], k[2])
 		}
 	}
-	// Bind parameters are limited (65,535 on PostgreSQL): promote in chunks.
-	for start := 0; start < len(aggs); start += 1000 {
-		chunk := aggs[start:min(start+1000, len(aggs))]
-		if err := tx.Exec(promoteSQL, map[string]any{"aggs": chunk}).Error; err != nil {
+	// Bind parameters are limited (65,535 on PostgreSQL): promote in chunks
+	// of 1,000 aggregates.
+	for start := 0; start < len(aggs); start += 3000 {
+		chunk := aggs[start:min(start+3000, len(aggs))]
+		if err := tx.Exec(promoteSQL(len(chunk)/3), chunk...).Error; err != nil {
 			return fmt.Errorf("release held events: %w", err)
 		}
 	}
