@@ -74,19 +74,20 @@ func describeDead(group string, f consumer.DeadFilter) things {
 func (c *cli) consumerDeadList(ctx context.Context, args []string) error {
 	fs := c.newFlags("consumer dead list", "--group G [--event-type T] [--aggregate TYPE[/ID]] [--cause C] [--older-than D] [--limit N] [--json]")
 	ff := addDeadLetterFlags(fs)
-	limit := fs.Int("limit", 100, "at most this many")
+	readLimit := addLimit(fs, "at most this many")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *limit < 1 {
-		return usagef("--limit must be at least 1")
+	limit, err := readLimit()
+	if err != nil {
+		return err
 	}
 	cfg, f, err := c.deadLetterTarget(fs, ff, nil)
 	if err != nil {
 		return err
 	}
-	dead, err := consumer.ListDeadLetters(ctx, cfg, *ff.group, f, *limit)
+	dead, err := consumer.ListDeadLetters(ctx, cfg, *ff.group, f, limit)
 	if err != nil {
 		return err
 	}
@@ -106,8 +107,8 @@ func (c *cli) consumerDeadList(ctx context.Context, args []string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if len(dead) == *limit {
-		fmt.Fprintf(c.stdout, "(first %d; raise --limit or narrow the filter for more)\n", *limit)
+	if len(dead) == limit {
+		fmt.Fprintf(c.stdout, "(first %d; raise --limit or narrow the filter for more)\n", limit)
 	}
 	return nil
 }

@@ -61,13 +61,14 @@ func describe(f outbox.Filter) things {
 func (c *cli) deadList(ctx context.Context, args []string) error {
 	fs := c.newFlags("dead list", "[--tenant T] [--topic T] [--aggregate TYPE[/ID]] [--limit N] [--json]")
 	ff := addFilterFlags(fs)
-	limit := fs.Int("limit", 100, "at most this many rows")
+	readLimit := addLimit(fs, "at most this many rows")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *limit < 1 {
-		return usagef("--limit must be at least 1")
+	limit, err := readLimit()
+	if err != nil {
+		return err
 	}
 	f, err := ff.filter(nil)
 	if err != nil {
@@ -78,7 +79,7 @@ func (c *cli) deadList(ctx context.Context, args []string) error {
 		return err
 	}
 	defer done()
-	rows, err := st.ListDead(ctx, f, *limit)
+	rows, err := st.ListDead(ctx, f, limit)
 	if err != nil {
 		return err
 	}
@@ -98,8 +99,8 @@ func (c *cli) deadList(ctx context.Context, args []string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if len(rows) == *limit {
-		fmt.Fprintf(c.stdout, "(first %d; raise --limit or narrow the filter for more)\n", *limit)
+	if len(rows) == limit {
+		fmt.Fprintf(c.stdout, "(first %d; raise --limit or narrow the filter for more)\n", limit)
 	}
 	return nil
 }

@@ -60,6 +60,18 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
+// addLimit adds the --limit flag, 100 by default, to fs; the function it
+// returns reads it once fs is parsed, refusing a limit below 1.
+func addLimit(fs *flag.FlagSet, usage string) func() (int, error) {
+	limit := fs.Int("limit", 100, usage)
+	return func() (int, error) {
+		if *limit < 1 {
+			return 0, usagef("--limit must be at least 1")
+		}
+		return *limit, nil
+	}
+}
+
 // ageFlag is a duration flag that also accepts days ("7d", "1d12h").
 type ageFlag struct {
 	d   time.Duration

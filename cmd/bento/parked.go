@@ -153,13 +153,14 @@ func (c *cli) consumerParkedList(ctx context.Context, args []string) error {
 	fs := c.newFlags("consumer parked list", "--group G [--tenant T] [--aggregate TYPE[/ID]] [--reason held|waiting|gap] [--limit N] [--json]")
 	ff := addParkedFlags(fs)
 	reason := fs.String("reason", "", "only events parked for this reason: held, waiting or gap (holds show with held)")
-	limit := fs.Int("limit", 100, "at most this many parked events, and as many holds")
+	readLimit := addLimit(fs, "at most this many parked events, and as many holds")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *limit < 1 {
-		return usagef("--limit must be at least 1")
+	limit, err := readLimit()
+	if err != nil {
+		return err
 	}
 	f, err := ff.filter(*reason)
 	if err != nil {
@@ -170,13 +171,13 @@ func (c *cli) consumerParkedList(ctx context.Context, args []string) error {
 		return err
 	}
 	defer done()
-	parked, err := insp.Parked(ctx, f, *limit)
+	parked, err := insp.Parked(ctx, f, limit)
 	if err != nil {
 		return err
 	}
 	var holds []inbox.Hold
 	if f.Reason == "" || f.Reason == inbox.ParkedHeld {
-		if holds, err = insp.Holds(ctx, f, *limit); err != nil {
+		if holds, err = insp.Holds(ctx, f, limit); err != nil {
 			return err
 		}
 	}
@@ -191,8 +192,8 @@ func (c *cli) consumerParkedList(ctx context.Context, args []string) error {
 		if err := c.printParked(parked); err != nil {
 			return err
 		}
-		if len(parked) == *limit {
-			fmt.Fprintf(c.stdout, "(first %d parked events; raise --limit or narrow the filter for more)\n", *limit)
+		if len(parked) == limit {
+			fmt.Fprintf(c.stdout, "(first %d parked events; raise --limit or narrow the filter for more)\n", limit)
 		}
 	}
 	if len(holds) > 0 {
@@ -208,8 +209,8 @@ func (c *cli) consumerParkedList(ctx context.Context, args []string) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
-		if len(holds) == *limit {
-			fmt.Fprintf(c.stdout, "(first %d holds; raise --limit or narrow the filter for more)\n", *limit)
+		if len(holds) == limit {
+			fmt.Fprintf(c.stdout, "(first %d holds; raise --limit or narrow the filter for more)\n", limit)
 		}
 	}
 	return nil
@@ -239,13 +240,14 @@ type parkedShowJSON struct {
 func (c *cli) consumerParkedShow(ctx context.Context, args []string) error {
 	fs := c.newFlags("consumer parked show", "--group G --aggregate TYPE/ID [--tenant T] [--limit N] [--json]")
 	ff := addParkedFlags(fs)
-	limit := fs.Int("limit", 100, "at most this many parked events")
+	readLimit := addLimit(fs, "at most this many parked events")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *limit < 1 {
-		return usagef("--limit must be at least 1")
+	limit, err := readLimit()
+	if err != nil {
+		return err
 	}
 	agg, err := ff.one()
 	if err != nil {
@@ -256,7 +258,7 @@ func (c *cli) consumerParkedShow(ctx context.Context, args []string) error {
 		return err
 	}
 	defer done()
-	a, err := insp.Aggregate(ctx, agg, *limit)
+	a, err := insp.Aggregate(ctx, agg, limit)
 	if err != nil {
 		return err
 	}
