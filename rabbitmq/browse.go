@@ -54,6 +54,10 @@ func BrowseQueue(ctx context.Context, cfg *Config, queue string, limit int, fn f
 		if err != nil {
 			return fmt.Errorf("rabbitmq: open AMQP channel: %w", err)
 		}
+		// Closed before the lock is released (deferred calls run last
+		// first): the messages the browse holds are back in the queue
+		// before the next browse may look.
+		defer func() { _ = ch.Close() }()
 		return browse(ctx, ch, queue, limit, fn)
 	})
 }
