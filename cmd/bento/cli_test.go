@@ -606,9 +606,15 @@ func TestConsoleServesTheDashboard(t *testing.T) {
 // expecting a clean exit.
 func startConsole(t *testing.T, dsn string, args ...string) (string, func()) {
 	t.Helper()
+	return startConsoleEnv(t, []string{"DATABASE_URL=" + dsn}, args...)
+}
+
+// startConsoleEnv is startConsole with env added to the process's.
+func startConsoleEnv(t *testing.T, env []string, args ...string) (string, func()) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	cmd := exec.CommandContext(ctx, binary, append([]string{"console"}, args...)...)
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+dsn)
+	cmd.Env = append(os.Environ(), env...)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	var errb bytes.Buffer

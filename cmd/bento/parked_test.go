@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"testing"
 	"time"
 
@@ -199,4 +201,38 @@ func TestConsumerMembersThroughTheBinary(t *testing.T) {
 	assert.Equal(t, fmt.Sprintf("no live members of %s (a group without partitions has none)\n", "members-none"), r.stdout)
 	r = bento(t, e.dsn, "", "consumer", "members")
 	assert.Equal(t, 2, r.code, "--group is required")
+}
+
+// TestConsoleShowsTheGroupsNamed: bento console --group shows that group's
+// pages, its parked events among them, and answers 404 for a group it was
+// not given.
+func TestConsoleShowsTheGroupsNamed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	b := newBroker(t)
+	const group = "console-cli"
+	in, err := inbox.New(e.db, &inbox.Config{Consumer: group})
+	require.NoError(t, err)
+	require.NoError(t, in.Hold(t.Context(), aggregateMsg(t, "acme-o7-2", "acme", "o7", 2)))
+	require.NoError(t, in.Park(t.Context(), aggregateMsg(t, "acme-o7-3", "acme", "o7", 3), 0, inbox.ParkedHeld))
+	base, stop := startConsoleEnv(t, append(b.env, "DATABASE_URL="+e.dsn), "--addr", "127.0.0.1:0", "--group", group)
+	defer stop()
+	get := func(path string) (int, string) {
+		resp, err := http.Get(base + path)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(body)
+	}
+	code, body := get("consumers/" + group + "/parked")
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, "acme-o7-3", "the parked event")
+	assert.Contains(t, body, "acme-o7-2", "the dead letter it is held behind")
+	code, _ = get("consumers/another-group/parked")
+	assert.Equal(t, http.StatusNotFound, code)
+
+	r := bento(t, e.dsn, "", "console", "--addr", "127.0.0.1:0", "--group", group)
+	assert.Equal(t, 2, r.code, "no AMQP_URL")
+	assert.Contains(t, r.stderr, "AMQP_URL is not set")
 }
