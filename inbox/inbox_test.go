@@ -382,6 +382,19 @@ func TestPurgeKeepsTheWindow(t *testing.T) {
 		require.NoError(t, db.Model(&inbox.Record{}).Pluck("message_id", &left).Error)
 		assert.Equal(t, []string{"recent"}, left)
 
+		// The crash counts of messages redelivered (inbox_attempts) go by
+		// the same window: a row of a message never applied nor
+		// dead-lettered (its group deleted, say) does not stay for ever.
+		for id, at := range map[string]time.Time{"stale": now.Add(-48 * time.Hour), "fresh": now.Add(-time.Hour)} {
+			require.NoError(t, db.Exec(`INSERT INTO inbox_attempts (consumer, message_id, running, crashes, updated_at)
+VALUES ('billing', ?, 0, 2, ?)`, id, at).Error)
+		}
+		_, err = inbox.Purge(ctx, db, 24*time.Hour, &inbox.PurgeOpts{Clock: clock})
+		require.NoError(t, err)
+		var attempts []string
+		require.NoError(t, db.Raw(`SELECT message_id FROM inbox_attempts`).Scan(&attempts).Error)
+		assert.Equal(t, []string{"fresh"}, attempts)
+
 		_, err = inbox.Purge(ctx, db, -time.Second, nil)
 		assert.ErrorIs(t, err, inbox.ErrInvalidArgument)
 		_, err = inbox.CountPurgeable(ctx, db, -time.Second, nil)

@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"gorm.io/gorm"
@@ -25,7 +26,10 @@ type PurgeOpts struct {
 }
 
 // Purge deletes inbox records received more than olderThan ago and returns
-// how many it deleted.
+// how many it deleted. It also deletes the crash counts of redelivered
+// messages (inbox_attempts) last touched as long ago, which a message never
+// applied nor dead-lettered (its group deleted, say) would leave behind;
+// those are not counted.
 //
 // The retention window is the dedup window: a message whose record was
 // purged is applied again if it is delivered again. Keep olderThan longer
@@ -45,9 +49,19 @@ func Purge(ctx context.Context, db *gorm.DB, olderThan time.Duration, opts *Purg
 	if err != nil {
 		return 0, err
 	}
+	wrap := func(err error) error { return wrapDB("purge", err) }
 	query := `DELETE FROM inbox_messages WHERE (consumer, message_id) IN (
   SELECT consumer, message_id FROM inbox_messages WHERE ` + where + ` ORDER BY received_at LIMIT @limit)`
-	return purge.Batches(ctx, db, query, args, opts.BatchSize, func(err error) error { return wrapDB("purge", err) })
+	n, err := purge.Batches(ctx, db, query, args, opts.BatchSize, wrap)
+	if err != nil {
+		return n, err
+	}
+	attempts := `DELETE FROM inbox_attempts WHERE (consumer, message_id) IN (
+  SELECT consumer, message_id FROM inbox_attempts WHERE ` + strings.Replace(where, "received_at", "updated_at", 1) + ` LIMIT @limit)`
+	if _, err := purge.Batches(ctx, db, attempts, args, opts.BatchSize, wrap); err != nil {
+		return n, err
+	}
+	return n, nil
 }
 
 // purgeable returns the condition (and its arguments) that selects the
