@@ -66,8 +66,11 @@ var unreachableStates = map[string]bool{"57P01": true, "57P02": true, "57P03": t
 
 // contentionStates are the PostgreSQL SQLSTATEs of conditions that pass
 // while the server answers: serialization failure, deadlock, lock not
-// available, query cancelled (statement or lock timeout).
-var contentionStates = map[string]bool{"40001": true, "40P01": true, "55P03": true, "57014": true}
+// available, query cancelled (statement or lock timeout), and a
+// transaction the server ended for idling in it or running too long
+// (idle_in_transaction_session_timeout, transaction_timeout: what bento
+// sets for a partitioned consumer's instance that froze mid-transaction).
+var contentionStates = map[string]bool{"40001": true, "40P01": true, "55P03": true, "57014": true, "25P03": true, "25P04": true}
 
 // IsContention reports whether err is a transient condition of a database
 // that answers: a serialization failure, a deadlock, a lock or statement

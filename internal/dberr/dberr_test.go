@@ -22,6 +22,8 @@ func TestIsTransient(t *testing.T) {
 		&pgconn.PgError{Code: "40P01"}, // deadlock
 		&pgconn.PgError{Code: "55P03"}, // lock not available
 		&pgconn.PgError{Code: "57014"}, // statement timeout
+		&pgconn.PgError{Code: "25P03"}, // idle in transaction too long: the transaction was ended
+		&pgconn.PgError{Code: "25P04"}, // transaction timeout
 		&pgconn.PgError{Code: "57P01"}, // admin shutdown
 		&pgconn.PgError{Code: "08006"}, // connection failure
 		errors.New("database is locked (5) (SQLITE_BUSY)"),
@@ -37,5 +39,28 @@ func TestIsTransient(t *testing.T) {
 	}
 	for _, err := range permanent {
 		assert.False(t, dberr.IsTransient(err), "%v", err)
+	}
+}
+
+// TestContentionOrUnreachable: a condition of a server that answers is
+// contention, never unreachable; a dropped connection is unreachable; a
+// bare network error says nothing about where it came from, so it is
+// neither (it may be a handler's own HTTP call).
+func TestContentionOrUnreachable(t *testing.T) {
+	for _, c := range []struct {
+		err                     error
+		contention, unreachable bool
+	}{
+		{&pgconn.PgError{Code: "25P03"}, true, false}, // a frozen instance's transaction, ended by the server
+		{&pgconn.PgError{Code: "40P01"}, true, false},
+		{&pgconn.PgError{Code: "08006"}, false, true},
+		{&pgconn.PgError{Code: "57P01"}, false, true},
+		{driver.ErrBadConn, false, true},
+		{fmt.Errorf("dial: %w", syscall.ECONNREFUSED), false, false},
+		{&pgconn.PgError{Code: "23505"}, false, false},
+	} {
+		err := fmt.Errorf("apply: %w", c.err)
+		assert.Equal(t, c.contention, dberr.IsContention(err), "IsContention(%v)", c.err)
+		assert.Equal(t, c.unreachable, dberr.IsUnreachable(err), "IsUnreachable(%v)", c.err)
 	}
 }
