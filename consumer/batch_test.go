@@ -97,7 +97,14 @@ func TestBatchesApplyInOrderOncePerMessage(t *testing.T) {
 					s.publishSteps(t, aggs, versions)
 				})
 				s.waitCommitted(t, aggs, versions)
-				count, sum := s.batches(t)
+				// A batch is observed once its transaction has committed:
+				// the last one may be counted a moment after it is seen.
+				var count uint64
+				var sum float64
+				testenv.Poll(5*time.Second, func() bool {
+					count, sum = s.batches(t)
+					return sum >= float64(len(aggs)*versions)
+				})
 				assert.EqualValues(t, len(aggs)*versions, sum, "messages applied in batches")
 				if size == 1 {
 					assert.EqualValues(t, len(aggs)*versions, count, "one transaction per message")
