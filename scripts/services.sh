@@ -7,7 +7,9 @@ set -euo pipefail
 
 log() { echo "services: $*" >&2; }
 
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# port_open: something accepts TCP connections on the port, within 5 s (a
+# broker out of file descriptors leaves connections hanging).
+port_open() { timeout 5 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
 
 wait_for() { # name port seconds
 	local i
@@ -50,18 +52,63 @@ rabbitmq_ready() {
 		timeout 60 rabbitmq-plugins enable --quiet rabbitmq_consistent_hash_exchange >/dev/null 2>&1
 }
 
+# RabbitMQ needs a file descriptor per connection and per queue file: the
+# suite opens hundreds of each at once (parallel packages, worker
+# processes, quorum partition queues). With the common default of 1024 the
+# broker runs out, stops accepting, and wedges with its sockets in
+# CLOSE-WAIT; so it runs with this many.
+readonly rabbitmq_files=65536
+
+# start_rabbitmq starts the broker with rabbitmq_files descriptors (or the
+# hard limit, if lower). Debian's rabbitmq-server switches to the rabbitmq
+# user with su, whose PAM session puts the soft limit back to 1024, so as
+# root it starts the broker's own script with setpriv, which keeps it.
+start_rabbitmq() {
+	local hard
+	hard=$(ulimit -Hn)
+	if [[ "$hard" == unlimited ]] || ((hard > rabbitmq_files)); then hard=$rabbitmq_files; fi
+	if [[ $(id -u) == 0 && -x /usr/lib/rabbitmq/bin/rabbitmq-server ]] && command -v setpriv >/dev/null &&
+		id rabbitmq >/dev/null 2>&1; then
+		(ulimit -n "$hard" && cd /var/lib/rabbitmq && HOME=/var/lib/rabbitmq \
+			setpriv --reuid rabbitmq --regid rabbitmq --init-groups /usr/lib/rabbitmq/bin/rabbitmq-server -detached)
+	else
+		(ulimit -n "$hard" && rabbitmq-server -detached)
+	fi
+}
+
+# rabbitmq_files_ok: the running broker may open rabbitmq_files descriptors
+# (or as many as this shell may).
+rabbitmq_files_ok() {
+	local pid soft want
+	pid=$(pgrep -u rabbitmq -f beam.smp | head -n1) || return 0 # not ours to inspect
+	soft=$(awk '/^Max open files/ {print $4}' "/proc/$pid/limits" 2>/dev/null) || return 0
+	want=$(ulimit -Hn)
+	if [[ "$want" == unlimited ]] || ((want > rabbitmq_files)); then want=$rabbitmq_files; fi
+	[[ "$soft" == unlimited ]] || ((soft >= want))
+}
+
+restart_rabbitmq() {
+	timeout 30 rabbitmqctl -q stop >/dev/null 2>&1 || true
+	pkill -KILL -u rabbitmq -f beam.smp 2>/dev/null || true
+	for ((i = 0; i < 30; i++)); do port_open 5672 || break; sleep 1; done
+	start_rabbitmq
+}
+
 if [[ -z "${BENTO_TEST_AMQP_URL:-}" ]]; then
-	if ! port_open 5672; then
+	if ! port_open 5672 && pgrep -u rabbitmq -f beam.smp >/dev/null; then
+		log "RabbitMQ runs but does not accept connections on 127.0.0.1:5672; restarting it"
+		restart_rabbitmq
+	elif ! port_open 5672; then
 		log "starting RabbitMQ"
-		rabbitmq-server -detached
+		start_rabbitmq
+	elif ! rabbitmq_files_ok; then
+		log "RabbitMQ may open too few files for the suite; restarting it with $rabbitmq_files"
+		restart_rabbitmq
 	fi
 	wait_for RabbitMQ 5672 180
 	if ! rabbitmq_ready; then
 		log "RabbitMQ on 127.0.0.1:5672 does not answer; restarting it"
-		timeout 30 rabbitmqctl -q stop >/dev/null 2>&1 || true
-		pkill -KILL -u rabbitmq -f beam.smp 2>/dev/null || true
-		for ((i = 0; i < 30; i++)); do port_open 5672 || break; sleep 1; done
-		rabbitmq-server -detached
+		restart_rabbitmq
 		wait_for RabbitMQ 5672 180
 		for ((i = 0; i < 12; i++)); do rabbitmq_ready && break; sleep 5; done
 		if ! rabbitmq_ready; then
