@@ -18,8 +18,9 @@ import (
 )
 
 // The suite runs on every publisher and subscriber bento ships: the memory
-// bus with group and partition subscribers, and RabbitMQ with both
-// publishers, each with group and partition subscribers.
+// bus with group and partition subscribers, RabbitMQ with both
+// publishers, each with group and partition subscribers, and the database
+// bus (package dbbus) on PostgreSQL and SQLite.
 
 // databaseBus returns a Factory whose every Bus is a dbbus.Bus on a fresh
 // database of backend b, each group declared with its topics.
