@@ -310,3 +310,24 @@ func TestCloseGivesBack(t *testing.T) {
 		got.Ack()
 	})
 }
+
+// TestAckNotHeldBack acks one message of a claim and holds the next: the
+// subscription deletes acks of one claim together, but the first ack must
+// not wait for the held message (its lease could expire meanwhile and the
+// acked message come back).
+func TestAckNotHeldBack(t *testing.T) {
+	t.Parallel()
+	testenv.ForEachBackend(t, func(t *testing.T, _ testenv.Backend, db *gorm.DB) {
+		bus := setup(t, db, dbbus.Config{VisibilityTimeout: time.Hour})
+		require.NoError(t, dbbus.DeclareGroup(t.Context(), db, "billing", "order.*"))
+		require.NoError(t, bus.Publish("order.paid", newMessage(`1`), newMessage(`2`)))
+		_, ch := subscribe(t, bus, "billing")
+		receive(t, ch, 5*time.Second).Ack()
+		held := receive(t, ch, 5*time.Second)
+		testenv.WaitFor(t, 5*time.Second, "the first ack while the second message is held", func() bool {
+			return depth(t, db, "billing") == 1
+		})
+		held.Ack()
+		testenv.WaitFor(t, 5*time.Second, "the second ack", func() bool { return depth(t, db, "billing") == 0 })
+	})
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"gorm.io/gorm"
@@ -50,37 +51,59 @@ func newToken() string {
 
 // Ack settles the leased delivery: it deletes the delivery row, and the
 // message's body once no other group's delivery references it, all in one
-// transaction (a nested one when db is a transaction). The subscriber acks
-// this way when a message is acked.
+// transaction (a nested one when db is a transaction).
 //
 // Errors: ErrLeaseLost when the lease no longer holds the delivery (nothing
 // is deleted), wrapped database errors.
 func Ack(ctx context.Context, db *gorm.DB, l Lease) error {
+	return ackAll(ctx, db, []Lease{l})
+}
+
+// ackAll is Ack for several leases of one claim (one token) in one
+// transaction. A lease that no longer holds its delivery makes it return
+// an error wrapping ErrLeaseLost that names it; the others are acked.
+func ackAll(ctx context.Context, db *gorm.DB, leases []Lease) error {
 	d, err := dialect.Of(db)
 	if err != nil {
 		return fmt.Errorf("dbbus: ack: %w", err)
 	}
-	return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+	ids := make([]int64, len(leases))
+	msgIDs := make([]string, len(leases))
+	for i, l := range leases {
+		ids[i], msgIDs[i] = l.Delivery, l.MessageID
+	}
+	slices.Sort(msgIDs)
+	msgIDs = slices.Compact(msgIDs)
+	var gone []int64
+	err = db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		// Acks of one message's deliveries in several groups take turns on
-		// its body row, so the last of them sees the others' deletes and
-		// deletes the body.
-		if q := statementsFor(d).lockBody; q != "" {
-			if err := tx.Exec(q, l.MessageID).Error; err != nil {
-				return wrapDB("ack: lock message", err)
+		// its body row (locked in id order, so acks of several messages
+		// cannot deadlock), so the last of them sees the others' deletes
+		// and deletes the body.
+		if q := statementsFor(d).lockBodies; q != "" {
+			var locked []string
+			if err := tx.Raw(q, msgIDs).Scan(&locked).Error; err != nil {
+				return wrapDB("ack: lock messages", err)
 			}
 		}
-		res := tx.Exec(deleteDelivery, l.Delivery, l.Token)
-		if res.Error != nil {
-			return wrapDB("ack", res.Error)
+		if err := tx.Raw(deleteDeliveries, ids, leases[0].Token).Scan(&gone).Error; err != nil {
+			return wrapDB("ack", err)
 		}
-		if res.RowsAffected == 0 {
-			return fmt.Errorf("ack delivery %d of message %s in group %q: %w", l.Delivery, l.MessageID, l.Group, ErrLeaseLost)
-		}
-		if err := tx.Exec(deleteBody, l.MessageID, l.MessageID).Error; err != nil {
-			return wrapDB("ack: delete message", err)
+		if err := tx.Exec(deleteBodies, msgIDs).Error; err != nil {
+			return wrapDB("ack: delete messages", err)
 		}
 		return nil
 	})
+	if err != nil || len(gone) == len(leases) {
+		return err
+	}
+	var errs []error
+	for _, l := range leases {
+		if !slices.Contains(gone, l.Delivery) {
+			errs = append(errs, fmt.Errorf("ack delivery %d of message %s in group %q: %w", l.Delivery, l.MessageID, l.Group, ErrLeaseLost))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Nack makes the leased delivery ready again at once, counting a failed

@@ -26,9 +26,10 @@ type statements struct {
 	// rescue makes up to @limit expired leases of @group ready again,
 	// counting an attempt (the holder crashed or stalled).
 	rescue string
-	// lockBody serialises the acks of one message's deliveries (nil: the
+	// lockBodies locks the body rows of the message ids given, in id
+	// order, to serialise the acks of one message's deliveries (empty: the
 	// database serialises writers anyway).
-	lockBody string
+	lockBodies string
 }
 
 var pgStatements = statements{
@@ -53,7 +54,7 @@ WHERE id IN (
 	LIMIT @limit
 	FOR UPDATE SKIP LOCKED
 ) AND lease_token IS NOT NULL AND leased_until < now()`,
-	lockBody: `SELECT id FROM dbbus_messages WHERE id = ? FOR UPDATE`,
+	lockBodies: `SELECT id FROM dbbus_messages WHERE id IN ? ORDER BY id FOR UPDATE`,
 }
 
 // sqliteNow is the database's clock in milliseconds since the Unix epoch.
@@ -88,12 +89,13 @@ func statementsFor(d dialect.Dialect) *statements {
 
 // Statements shared by both dialects.
 const (
-	// deleteDelivery is the fenced ack: only the lease holder's token
-	// matches.
-	deleteDelivery = `DELETE FROM dbbus_deliveries WHERE id = ? AND lease_token = ?`
-	// deleteBody removes a body no delivery references any more.
-	deleteBody = `DELETE FROM dbbus_messages WHERE id = ?
-AND NOT EXISTS (SELECT 1 FROM dbbus_deliveries WHERE message_id = ?)`
+	// deleteDeliveries is the fenced ack: only the lease holder's token
+	// matches. It returns the ids deleted.
+	deleteDeliveries = `DELETE FROM dbbus_deliveries WHERE id IN ? AND lease_token = ? RETURNING id`
+	// deleteBodies removes the bodies, of the message ids given, that no
+	// delivery references any more.
+	deleteBodies = `DELETE FROM dbbus_messages WHERE id IN ?
+AND NOT EXISTS (SELECT 1 FROM dbbus_deliveries AS d WHERE d.message_id = dbbus_messages.id)`
 	// nackDelivery makes a delivery ready again at once, counting a failed
 	// attempt.
 	nackDelivery = `UPDATE dbbus_deliveries

@@ -19,6 +19,11 @@ import (
 // subscription's context ended.
 const settleTimeout = 10 * time.Second
 
+// ackDelay is how long an acked delivery may wait to be deleted together
+// with the next acks of its batch (at most a quarter of the visibility
+// timeout).
+const ackDelay = 10 * time.Millisecond
+
 // Subscriber is a message.Subscriber of the bus: Subscribe(ctx, group)
 // consumes a declared group. Get one from [Bus.Subscriber].
 type Subscriber struct {
@@ -47,7 +52,9 @@ func (b *Bus) Subscriber() *Subscriber {
 // claim leases up to Config.BatchSize ready deliveries, lowest id first, in
 // one statement that skips rows another claim holds. The subscription hands
 // them out one at a time, in order, and waits for each one's Ack or Nack:
-// an Ack deletes the delivery ([Ack]), a Nack makes it ready again at once,
+// an Ack deletes the delivery as [Ack] does, together with the claim's
+// other acks in one transaction, at the latest 10 ms (or a quarter of the
+// visibility timeout) after it; a Nack makes it ready again at once,
 // counting a failed attempt ([Nack]). Each message's context derives from
 // ctx, carries its [Lease] ([LeaseOf]) and is cancelled once it is settled.
 //
@@ -139,57 +146,90 @@ func (s *Subscriber) consume(ctx context.Context, group string, out chan<- *mess
 }
 
 // handOut delivers batch in order, settling each message as it is acked
-// or nacked. It returns false, after giving back what it still holds, when
-// ctx ends or the subscriber closes.
+// or nacked. Acks are deleted together (ackAll), at the latest ackDelay
+// after the first of them and before handOut returns. It returns false,
+// after giving back what it still holds, when ctx ends or the subscriber
+// closes.
 func (s *Subscriber) handOut(ctx context.Context, batch []claimed, out chan<- *message.Message) bool {
 	b := s.bus
+	var acked []Lease // acked, not deleted yet
+	flush := time.NewTimer(time.Hour)
+	flush.Stop()
+	defer flush.Stop()
+	var flushC <-chan time.Time // flush.C while acked is not empty
+	settle := func() {
+		if len(acked) == 0 {
+			return
+		}
+		sctx, done := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+		defer done()
+		if err := ackAll(sctx, b.db, acked); err != nil {
+			b.log.Warn("dbbus: ack failed; the messages will be delivered again", "group", acked[0].Group, "err", err)
+		}
+		acked = acked[:0]
+		flush.Stop()
+		flushC = nil
+	}
+	defer settle()
 	for i, c := range batch {
 		mctx, cancel := context.WithCancel(context.WithValue(ctx, leaseKey{}, c.lease))
 		c.msg.SetContext(mctx)
-		stopped := false
-		select {
-		case out <- c.msg:
+		sent, stopped := false, false
+	wait:
+		for {
+			send := out
+			var ackC, nackC <-chan struct{}
+			if sent {
+				send, ackC, nackC = nil, c.msg.Acked(), c.msg.Nacked()
+			}
 			select {
-			case <-c.msg.Acked():
-			case <-c.msg.Nacked():
+			case send <- c.msg:
+				sent = true
+			case <-ackC:
+				break wait
+			case <-nackC:
+				break wait
+			case <-flushC:
+				settle()
 			case <-ctx.Done():
 				stopped = true
+				break wait
 			case <-s.mu.Done():
 				stopped = true
+				break wait
 			}
-		case <-ctx.Done():
-			stopped = true
-		case <-s.mu.Done():
-			stopped = true
 		}
 		cancel()
-		sctx, done := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 		giveBack := i + 1 // the first delivery to give back when stopped
 		switch {
 		case ack.Acked(c.msg):
-			if err := Ack(sctx, b.db, c.lease); err != nil {
-				b.log.Warn("dbbus: ack failed; the message will be delivered again", "group", c.lease.Group, "message", c.lease.MessageID, "err", err)
+			if len(acked) == 0 {
+				flush.Reset(min(ackDelay, b.cfg.VisibilityTimeout/4))
+				flushC = flush.C
 			}
+			acked = append(acked, c.lease)
 		case nacked(c.msg):
+			sctx, done := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 			if err := Nack(sctx, b.db, c.lease); err != nil {
 				b.log.Warn("dbbus: nack failed", "group", c.lease.Group, "message", c.lease.MessageID, "err", err)
 			}
+			done()
 			b.wake()
 		default: // not settled: given back with the rest
 			giveBack = i
 		}
 		if stopped {
+			settle()
 			ids := make([]int64, 0, len(batch)-giveBack)
 			for _, r := range batch[giveBack:] {
 				ids = append(ids, r.lease.Delivery)
 			}
+			sctx, done := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 			if err := release(sctx, b.db, c.lease.Token, ids); err != nil {
 				b.log.Warn("dbbus: give-back failed; the messages come back when their lease expires", "group", c.lease.Group, "err", err)
 			}
+			done()
 			b.wake()
-		}
-		done()
-		if stopped {
 			return false
 		}
 	}
