@@ -3,6 +3,7 @@ package dbbus_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -329,5 +330,33 @@ func TestAckNotHeldBack(t *testing.T) {
 		})
 		held.Ack()
 		testenv.WaitFor(t, 5*time.Second, "the second ack", func() bool { return depth(t, db, "billing") == 0 })
+	})
+}
+
+// TestPublishManyGroups publishes more messages than one INSERT writes to
+// more groups than one statement's delivery rows hold: every group must
+// get every message, in publish order.
+func TestPublishManyGroups(t *testing.T) {
+	t.Parallel()
+	testenv.ForEachBackend(t, func(t *testing.T, _ testenv.Backend, db *gorm.DB) {
+		bus := setup(t, db, dbbus.Config{})
+		const groups, msgs = 50, 250 // 12,500 deliveries
+		for g := range groups {
+			require.NoError(t, dbbus.DeclareGroup(t.Context(), db, fmt.Sprintf("g%d", g), "order.#"))
+		}
+		var batch []*message.Message
+		for i := range msgs {
+			batch = append(batch, newMessage(fmt.Sprint(i)))
+		}
+		require.NoError(t, bus.Publish("order.paid", batch...))
+		for g := range groups {
+			assert.Equal(t, msgs, depth(t, db, fmt.Sprintf("g%d", g)))
+		}
+		_, ch := subscribe(t, bus, "g49")
+		for i := range msgs {
+			m := receive(t, ch, 5*time.Second)
+			require.Equal(t, batch[i].UUID, m.UUID, "message %d out of order", i)
+			m.Ack()
+		}
 	})
 }

@@ -11,8 +11,12 @@ import (
 	"github.com/bentoevents/bento/messaging"
 )
 
-// publishChunk is how many messages one INSERT writes.
-const publishChunk = 200
+// publishChunk is how many messages one INSERT writes, and maxDeliveryRows
+// how many delivery rows (far below PostgreSQL's 65,535 parameters).
+const (
+	publishChunk    = 200
+	maxDeliveryRows = 10000
+)
 
 // Publish implements message.Publisher: in one transaction of its own, it
 // writes each message's body and one delivery row per group whose binding
@@ -140,9 +144,14 @@ func (b *Bus) insert(tx *gorm.DB, topic string, groups []string, msgs []*message
 			args = append(args, g, m.UUID)
 		}
 	}
-	if err := tx.Exec(`INSERT INTO dbbus_deliveries (group_name, message_id) VALUES `+
-		dialect.Tuples(len(args)/2, 2), args...).Error; err != nil {
-		return wrapDB("publish: insert deliveries", err)
+	// In message order, at most maxDeliveryRows rows per statement.
+	for len(args) > 0 {
+		n := min(len(args), 2*maxDeliveryRows)
+		if err := tx.Exec(`INSERT INTO dbbus_deliveries (group_name, message_id) VALUES `+
+			dialect.Tuples(n/2, 2), args[:n]...).Error; err != nil {
+			return wrapDB("publish: insert deliveries", err)
+		}
+		args = args[n:]
 	}
 	return nil
 }
