@@ -1,6 +1,7 @@
 package dbbus
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -285,17 +286,21 @@ func (b *Bus) claim(ctx context.Context, group string) ([]claimed, error) {
 		MessageID string
 		Attempts  int
 	}) int {
-		return int(x.ID - y.ID)
+		return cmp.Compare(x.ID, y.ID)
 	})
 	out := make([]claimed, 0, len(rows))
 	for _, r := range rows {
+		// A delivery that cannot be read stays leased, and comes back when
+		// its lease expires, counted as a failed attempt; the others go on.
 		i, ok := byID[r.MessageID]
 		if !ok {
-			return nil, fmt.Errorf("dbbus: claim: delivery %d references message %s, which is missing", r.ID, r.MessageID)
+			b.log.Warn("dbbus: delivery references a missing message; skipped until its lease expires", "group", group, "delivery", r.ID, "message", r.MessageID)
+			continue
 		}
 		msg := message.NewMessage(r.MessageID, bodies[i].Payload)
 		if err := json.Unmarshal([]byte(bodies[i].Metadata), &msg.Metadata); err != nil {
-			return nil, fmt.Errorf("dbbus: claim: metadata of message %s: %w", r.MessageID, err)
+			b.log.Warn("dbbus: message metadata unreadable; skipped until its lease expires", "group", group, "message", r.MessageID, "err", err)
+			continue
 		}
 		out = append(out, claimed{
 			lease: Lease{Group: group, Delivery: r.ID, MessageID: r.MessageID, Token: token, Attempts: r.Attempts},
