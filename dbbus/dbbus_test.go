@@ -380,3 +380,22 @@ func TestUnreadableMessageStallsNobody(t *testing.T) {
 		testenv.WaitFor(t, 5*time.Second, "the good message's ack", func() bool { return depth(t, db, "billing") == 1 })
 	})
 }
+
+// TestInProcessWake turns polling all but off (and LISTEN off): each
+// message published through the bus must still reach its idle subscriber
+// at once, woken in-process after the publishing transaction commits.
+func TestInProcessWake(t *testing.T) {
+	t.Parallel()
+	testenv.ForEachBackend(t, func(t *testing.T, _ testenv.Backend, db *gorm.DB) {
+		bus := setup(t, db, dbbus.Config{PollInterval: time.Hour, NoListen: true})
+		require.NoError(t, dbbus.DeclareGroup(t.Context(), db, "billing", "order.*"))
+		_, ch := subscribe(t, bus, "billing")
+		for range 30 {
+			m := newMessage(`{}`)
+			require.NoError(t, bus.Publish("order.paid", m))
+			got := receive(t, ch, 2*time.Second)
+			require.Equal(t, m.UUID, got.UUID)
+			got.Ack()
+		}
+	})
+}

@@ -33,11 +33,15 @@ func (b *Bus) Publish(topic string, msgs ...*message.Message) error {
 		return nil
 	}
 	ctx := msgs[0].Context()
-	return b.use(func() error {
+	err := b.use(func() error {
 		return b.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 			return b.publishTx(tx, topic, msgs)
 		})
 	})
+	if err == nil {
+		b.wake() // after the commit, so that the claim it triggers finds them
+	}
+	return err
 }
 
 // PublishTx is Publish inside the caller's transaction tx: the messages are
@@ -53,7 +57,11 @@ func (b *Bus) PublishTx(tx *gorm.DB, topic string, msgs ...*message.Message) err
 	if len(msgs) == 0 {
 		return nil
 	}
-	return b.use(func() error { return b.publishTx(tx, topic, msgs) })
+	err := b.use(func() error { return b.publishTx(tx, topic, msgs) })
+	if err == nil {
+		b.wake()
+	}
+	return err
 }
 
 // use runs fn unless the bus is closed.
@@ -77,7 +85,6 @@ func (b *Bus) publishTx(tx *gorm.DB, topic string, msgs []*message.Message) erro
 			return wrapDB("publish: notify", err)
 		}
 	}
-	b.wake()
 	return nil
 }
 
