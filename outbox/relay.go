@@ -90,18 +90,20 @@ func (s *Store) Claim(ctx context.Context, opts ClaimOpts) ([]*Message, error) {
 	// some waiting, claim again for the rest, looking further ahead, from
 	// the round's edge on PostgreSQL (pgClaimSQL).
 	var out []*Message
+	looked := 0
 	for {
 		got, held, edge, err := s.claimOnce(ctx, args, opts.Tenant != "")
 		if err != nil {
 			return nil, wrapDB("outbox: claim", err)
 		}
+		looked += args["scan"].(int)
 		out = append(out, got...)
 		waiting := false
 		for _, m := range got {
 			maxBytes -= int64(m.SizeBytes)
 			waiting = waiting || m.NextWaits
 		}
-		more := held > 0 || waiting && len(got) > 0 && args["scan"].(int) < maxScan
+		more := held > 0 || waiting && len(got) > 0 && looked < maxLook
 		if !more || len(out) >= opts.Limit || maxBytes <= 0 {
 			break
 		}
@@ -119,6 +121,11 @@ func (s *Store) Claim(ctx context.Context, opts ClaimOpts) ([]*Message, error) {
 
 // maxScan bounds how many due rows one round of a claim looks at.
 const maxScan = 5000
+
+// maxLook bounds how many due rows the rounds of one claim look at for
+// rows left waiting behind the rows it took (rounds after one that held
+// rows back look on regardless: those rows left the due index).
+const maxLook = 2 * maxScan
 
 // nextScan is how many due rows the next round of a claim looks at, after
 // a round that looked at scan rows and claimed got of them, with limit
