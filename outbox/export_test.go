@@ -15,7 +15,7 @@ func PostgresClaimSQL() string { return claimSQL(dialect.Postgres, false) }
 func PostgresClaimArgs(now time.Time, limit int) map[string]any {
 	return map[string]any{
 		"now": now, "until": now.Add(time.Minute), "worker": "w", "limit": limit, "scan": limit, "tenant": "",
-		"max_bytes": int64(math.MaxInt64), "first_free": true,
+		"max_bytes": int64(math.MaxInt64), "first_free": true, "after_at": nil, "after_id": "",
 	}
 }
 

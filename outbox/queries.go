@@ -183,10 +183,19 @@ func dueFilter(byTenant bool) string {
 // held): a row waiting behind a row the claim may take, or behind one the
 // same worker leased in an earlier round, is due again as soon as that row
 // is settled, so it is left as it is, and the claimed row says so
-// (nextWaits). @scan is @limit, larger only when the previous
-// round held rows back (Claim). Each result row starts with a flag: true
+// (nextWaits). @scan is @limit in a claim's first round; later rounds
+// look further ahead (nextScan). Each result row starts with a flag: true
 // for a row it held back (payload and metadata left out), false for a
-// claimed one; it ends with nextWaits (false for a held row).
+// claimed one; then come nextWaits (false for a held row) and the round's
+// edge (claimEdge).
+//
+// The walk starts at the due row (@after_at, @after_id), in the due
+// index's order: the edge of the claim's previous round, or the front of
+// the index in its first round (a NULL time and an empty id). So a
+// claim's later rounds read the rows its earlier rounds did not, instead
+// of judging again every row those left waiting behind the rows they
+// took. Rows behind an earlier version of their aggregate among those
+// looked at are blocked without a probe (judged).
 //
 // Holding a row back is safe against a concurrent MarkSent of the event
 // that blocks it: the claim holds back a row only while it holds a share
@@ -206,14 +215,21 @@ func pgClaimSQL(byTenant bool) string {
          o.aggregate_version, o.available_at, o.size_bytes
   FROM outbox_events o
   WHERE ` + dueFilter(byTenant) + `
+    AND (o.available_at, o.id) >= (COALESCE(CAST(@after_at AS timestamptz), '-infinity'), @after_id)
   ORDER BY o.available_at, o.id
   LIMIT @scan
   FOR UPDATE SKIP LOCKED
 ), judged AS (
-  SELECT c.*, ` + blocked("c", "") + ` AS blocked
-  FROM cand c
+  -- A row behind an earlier version of its aggregate among the rows
+  -- looked at is blocked by it (due, so unsent): only each aggregate's
+  -- first row here needs the index probe.
+  SELECT c.*, CASE WHEN c.aggregate_id <> '' AND c.first_seen < c.aggregate_version THEN true
+                   ELSE ` + blocked("c", "") + ` END AS blocked
+  FROM (
+    SELECT *, min(aggregate_version) OVER (PARTITION BY tenant_id, aggregate_type, aggregate_id) AS first_seen
+    FROM cand) c
 ), budget AS (
-  SELECT j.id, j.created_at, j.size_bytes,
+  SELECT j.id, j.created_at, j.available_at, j.size_bytes,
          sum(j.size_bytes) OVER (ORDER BY j.available_at, j.id) AS running,
          row_number() OVER (ORDER BY j.available_at, j.id) AS n
   FROM judged j
@@ -248,11 +264,36 @@ func pgClaimSQL(byTenant bool) string {
     AND b.n <= @limit
     AND ` + withinBudget + `
   RETURNING false, ` + returningColumns + `, ` + nextWaits + `
+), edge AS (
+  ` + claimEdge + `
 )
-SELECT * FROM claimed
-UNION ALL
-SELECT * FROM held`
+SELECT r.*, e.available_at, e.id FROM (
+  SELECT * FROM claimed
+  UNION ALL
+  SELECT * FROM held) r
+CROSS JOIN edge e`
 }
+
+// claimEdge is where the next round of a claim starts its walk: the first
+// row the round could take but left for the limit or the byte budget, or
+// else the last row it looked at. Every row the walk passed before the
+// edge was taken, held back, left waiting behind an event that is still
+// unsent, or locked by another claimer, so the claim's next round need
+// not judge it again. A row that becomes claimable meanwhile (its
+// predecessor settled, another claimer let it go) waits for the next
+// claim, which starts from the front: the projector that settled the
+// predecessor claims again at once (Message.NextWaits).
+const claimEdge = `SELECT x.available_at, x.id FROM (
+    (SELECT b.available_at, b.id, 0 AS k FROM budget b
+     WHERE b.n > @limit OR NOT ` + withinBudget + `
+     ORDER BY b.n
+     LIMIT 1)
+    UNION ALL
+    (SELECT c.available_at, c.id, 1 FROM cand c
+     ORDER BY c.available_at DESC, c.id DESC
+     LIMIT 1)) x
+  ORDER BY x.k
+  LIMIT 1`
 
 // sqliteHoldSQL marks held, among the first @scan due rows, those that
 // have an earlier unsent or dead event. SQLite serialises writers, so nothing can send that

@@ -60,7 +60,8 @@ type ClaimOpts struct {
 // next held row of its aggregate. When a claim finds nothing but rows to
 // hold, or fewer than opts.Limit rows besides those it held, it looks
 // again at once, so a pile-up never makes a claim come back short while
-// other rows are due.
+// other rows are due; on PostgreSQL each such round starts where the one
+// before stopped, so a claim judges each due row once.
 //
 // Errors: ErrInvalidClaim, ErrClosed, or the database error.
 func (s *Store) Claim(ctx context.Context, opts ClaimOpts) ([]*Message, error) {
@@ -81,33 +82,38 @@ func (s *Store) Claim(ctx context.Context, opts ClaimOpts) ([]*Message, error) {
 		"scan":       opts.Limit,
 		"max_bytes":  maxBytes,
 		"first_free": true,
+		"after_at":   nil,
+		"after_id":   "",
 	}
 	// Rows held back, and rows waiting behind the claim's own rows, do not
 	// count against the limit: while the last round held some back or left
-	// some waiting, claim again for the rest, looking further ahead.
+	// some waiting, claim again for the rest, looking further ahead, from
+	// the round's edge on PostgreSQL (pgClaimSQL).
 	var out []*Message
+	looked := 0
 	for {
-		got, held, err := s.claimOnce(ctx, args, opts.Tenant != "")
+		got, held, edge, err := s.claimOnce(ctx, args, opts.Tenant != "")
 		if err != nil {
 			return nil, wrapDB("outbox: claim", err)
 		}
+		looked += args["scan"].(int)
 		out = append(out, got...)
 		waiting := false
 		for _, m := range got {
 			maxBytes -= int64(m.SizeBytes)
 			waiting = waiting || m.NextWaits
 		}
-		more := held > 0 || waiting && len(got) > 0 && args["scan"].(int) < maxScan
+		more := held > 0 || waiting && len(got) > 0 && looked < maxLook
 		if !more || len(out) >= opts.Limit || maxBytes <= 0 {
 			break
 		}
 		args["limit"] = opts.Limit - len(out)
-		// Look further ahead each round, so rows piled up behind a few
-		// events, or a few busy aggregates' later versions, cost rounds of
-		// growing size, not one each.
-		args["scan"] = min(max(2*args["scan"].(int), args["limit"].(int)), maxScan)
+		args["scan"] = nextScan(args["scan"].(int), len(got), args["limit"].(int))
 		args["max_bytes"] = maxBytes
 		args["first_free"] = len(out) == 0
+		if edge.id != "" {
+			args["after_at"], args["after_id"] = edge.at, edge.id
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
@@ -116,16 +122,45 @@ func (s *Store) Claim(ctx context.Context, opts ClaimOpts) ([]*Message, error) {
 // maxScan bounds how many due rows one round of a claim looks at.
 const maxScan = 5000
 
-// claimOnce runs the claim statement(s) once and returns the rows claimed
-// and how many rows it held back.
-func (s *Store) claimOnce(ctx context.Context, args map[string]any, byTenant bool) ([]*Message, int64, error) {
+// maxLook bounds how many due rows the rounds of one claim look at for
+// rows left waiting behind the rows it took (rounds after one that held
+// rows back look on regardless: those rows left the due index).
+const maxLook = 2 * maxScan
+
+// nextScan is how many due rows the next round of a claim looks at, after
+// a round that looked at scan rows and claimed got of them, with limit
+// rows still to claim. It looks further ahead each round, so rows piled
+// up behind a few events, or a few busy aggregates' later versions, cost
+// rounds of growing size, not one each: twice as far, but no further than
+// the round's yield says the rest of the limit needs (a quarter more, for
+// luck), since a round judges every row it looks at.
+func nextScan(scan, got, limit int) int {
+	next := 2 * scan
+	if got > 0 {
+		need := (limit*scan + got - 1) / got
+		next = min(next, need+need/4)
+	}
+	return min(max(next, limit), maxScan)
+}
+
+// edge is the due row where a claim's next round starts (claimEdge); its
+// zero value, on SQLite, leaves the start where it was.
+type edge struct {
+	at time.Time
+	id string
+}
+
+// claimOnce runs the claim statement(s) once and returns the rows claimed,
+// how many rows it held back, and the round's edge.
+func (s *Store) claimOnce(ctx context.Context, args map[string]any, byTenant bool) ([]*Message, int64, edge, error) {
 	var held int64
+	var e edge
 	// SQLite holds back in statements of their own, each looking at the
 	// first @limit due rows, until the front is free of rows to hold.
 	for s.dialect == dialect.SQLite {
 		res := s.db.WithContext(ctx).Exec(holdSQL(byTenant), args)
 		if res.Error != nil {
-			return nil, 0, res.Error
+			return nil, 0, e, res.Error
 		}
 		if res.RowsAffected == 0 {
 			break
@@ -134,14 +169,18 @@ func (s *Store) claimOnce(ctx context.Context, args map[string]any, byTenant boo
 	}
 	rows, err := s.db.WithContext(ctx).Raw(claimSQL(s.dialect, byTenant), args).Rows()
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, e, err
 	}
 	defer rows.Close()
+	var edgeTo *edge
+	if s.dialect == dialect.Postgres {
+		edgeTo = &e
+	}
 	var out []*Message
 	for rows.Next() {
-		m, wasHeld, err := scanClaimed(rows)
+		m, wasHeld, err := scanClaimed(rows, edgeTo)
 		if err != nil {
-			return nil, 0, err
+			return nil, 0, e, err
 		}
 		if wasHeld {
 			held++
@@ -149,21 +188,26 @@ func (s *Store) claimOnce(ctx context.Context, args map[string]any, byTenant boo
 		}
 		out = append(out, m)
 	}
-	return out, held, rows.Err()
+	return out, held, e, rows.Err()
 }
 
 // scanClaimed reads one row of a claim: the held-back flag, then
-// returningColumns, then nextWaits. It replaces GORM's reflection-driven Scan on the
+// returningColumns, then nextWaits, then, when e is not nil (PostgreSQL),
+// the round's edge into e. It replaces GORM's reflection-driven Scan on the
 // relay's hot path, where that was most of a claim's CPU in the relay
 // process.
-func scanClaimed(rows *sql.Rows) (*Message, bool, error) {
+func scanClaimed(rows *sql.Rows, e *edge) (*Message, bool, error) {
 	m := &Message{}
 	var status string
 	var held bool
-	err := rows.Scan(&held, &m.ID, &m.TenantID, &m.Topic, &m.AggregateType, &m.AggregateID, &m.AggregateVersion,
+	dest := []any{&held, &m.ID, &m.TenantID, &m.Topic, &m.AggregateType, &m.AggregateID, &m.AggregateVersion,
 		&m.SchemaVersion, &m.Payload, &m.Metadata, &m.OccurredAt, &m.CreatedAt, &status,
 		&m.Attempts, &m.AvailableAt, &m.LockedBy, &m.LockedUntil, &m.LastError, &m.PublishedAt,
-		&m.FailedAt, &m.DedupKey, &m.SizeBytes, &m.NextWaits)
+		&m.FailedAt, &m.DedupKey, &m.SizeBytes, &m.NextWaits}
+	if e != nil {
+		dest = append(dest, &e.at, &e.id)
+	}
+	err := rows.Scan(dest...)
 	m.Status = Status(status)
 	m.Held = held
 	return m, held, err

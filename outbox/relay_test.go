@@ -367,3 +367,25 @@ func TestClaimByteBudget(t *testing.T) {
 		require.ErrorIs(t, err, outbox.ErrInvalidClaim)
 	})
 }
+
+// TestClaimByteBudgetAcrossRounds checks that a claim that looks again
+// (its first row has a later version waiting) does not pass over the row
+// its byte budget left out to take a smaller one behind it: on PostgreSQL
+// the next round starts at that row, not after the last row looked at.
+func TestClaimByteBudgetAcrossRounds(t *testing.T) {
+	t.Parallel()
+	testenv.ForEachBackend(t, func(t *testing.T, _ testenv.Backend, db *gorm.DB) {
+		e := setup(t, db, nil)
+		ctx := context.Background()
+		first := e.addAgg(t, "a", 1)
+		e.addAgg(t, "a", 2)
+		e.add(ctx, t, "order.paid", map[string]string{"note": strings.Repeat("x", 2000)}, nil)
+		e.add(ctx, t, "order.paid", map[string]string{"note": "small"}, nil)
+
+		got, err := e.store.Claim(ctx, outbox.ClaimOpts{Worker: "w", Limit: 10, Lease: lease, MaxBytes: int64(first.SizeBytes) + 200})
+		require.NoError(t, err)
+		require.Len(t, got, 1, "claimed %v", ids(got))
+		assert.Equal(t, first.ID, got[0].ID)
+		assert.True(t, got[0].NextWaits, "the claim had a reason to look again")
+	})
+}
