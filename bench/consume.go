@@ -45,8 +45,10 @@ var consumeHandlers = []string{"noop", "write"}
 // without any broker (what the inbox's transaction costs alone),
 // "batched" consumer.NewAMQP on n partitions applying up to
 // consumeBatchSize messages per transaction, "bare" the limit: a batched
-// exactly-once loop on amqp091 and pgx (see runBareConsume).
-var consumeModes = []string{"inbox", "plain", "direct", "batched", "bare"}
+// exactly-once loop on amqp091 and pgx (see runBareConsume), "wmsql" the
+// handler without the inbox on watermill-sql's PostgreSQL subscriber (see
+// runWatermillSQL).
+var consumeModes = []string{"inbox", "plain", "direct", "batched", "bare", "wmsql"}
 
 // consumeBatchSize is the batched mode's consumer.Config.BatchSize.
 const consumeBatchSize = 100
@@ -295,6 +297,13 @@ func runConsume(ctx context.Context, b *consumeBed, handler, mode string, n int)
 		r.Seconds, r.Rate = c.rate()
 		return r, b.check(ctx, handler, mode, group, r.Messages)
 	}
+	if mode == "wmsql" {
+		if err := runWatermillSQL(ctx, b, db, group, n, fn, c); err != nil {
+			return r, err
+		}
+		r.Seconds, r.Rate = c.rate()
+		return r, b.check(ctx, handler, mode, group, r.Messages)
+	}
 	cfg := &rabbitmq.Config{URL: b.e.amqpURL, Exchange: names.Exchange, Logger: b.e.log}
 	if mode == "batched" {
 		if err := b.fillPartitions(ctx, cfg, group, n); err != nil {
@@ -313,8 +322,6 @@ func runConsume(ctx context.Context, b *consumeBed, handler, mode string, n int)
 		return r, b.check(ctx, handler, mode, group, r.Messages)
 	}
 
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	var runs []func(context.Context) error
 	switch mode {
 	case "inbox":
@@ -352,6 +359,23 @@ func runConsume(ctx context.Context, b *consumeBed, handler, mode string, n int)
 	default:
 		return r, fmt.Errorf("unknown mode %q", mode)
 	}
+	var settle func() error
+	if mode == "inbox" || mode == "batched" {
+		settle = func() error { return b.waitInbox(ctx, group, len(b.msgs)) }
+	}
+	if err := runUntilCounted(ctx, c, runs, settle); err != nil {
+		return r, err
+	}
+	r.Seconds, r.Rate = c.rate()
+	return r, b.check(ctx, handler, mode, group, r.Messages)
+}
+
+// runUntilCounted runs each of runs until c has counted every message,
+// then settle (when not nil) before it cancels them, and returns their
+// errors and the wait's. It gives up after 10 minutes.
+func runUntilCounted(ctx context.Context, c *counter, runs []func(context.Context) error, settle func() error) error {
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
@@ -378,19 +402,15 @@ func runConsume(ctx context.Context, b *consumeBed, handler, mode string, n int)
 	case <-ctx.Done():
 		waitErr = ctx.Err()
 	}
-	if waitErr == nil && (mode == "inbox" || mode == "batched") {
+	if waitErr == nil && settle != nil {
 		// The last handler has returned, but its transaction may still be
 		// committing under the message's context: let it finish, or
 		// cancelling now would roll it back.
-		waitErr = b.waitInbox(ctx, group, len(b.msgs))
+		waitErr = settle()
 	}
 	cancel()
 	wg.Wait()
-	if err := errors.Join(append(errs, waitErr)...); err != nil {
-		return r, err
-	}
-	r.Seconds, r.Rate = c.rate()
-	return r, b.check(ctx, handler, mode, group, r.Messages)
+	return errors.Join(append(errs, waitErr)...)
 }
 
 // runDirect calls the inbox middleware of group around the handler for
@@ -492,7 +512,7 @@ func (b *consumeBed) check(ctx context.Context, handler, mode, group string, wan
 		err := b.db.WithContext(ctx).Raw(q, args...).Scan(&n).Error
 		return n, err
 	}
-	if mode != "plain" {
+	if mode != "plain" && mode != "wmsql" {
 		n, err := count("SELECT count(*) FROM inbox_messages WHERE consumer = ?", group)
 		if err != nil {
 			return err
