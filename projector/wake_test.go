@@ -60,15 +60,17 @@ func latencies(t *testing.T, e *env, rec *recorder, n int) []time.Duration {
 	return out
 }
 
-// TestNotifyWakesProjector: with a 5 s idle poll, a committed event is
-// published within 100 ms because the commit's NOTIFY wakes the projector.
+// TestNotifyWakesProjector: with a one-minute idle poll, a committed event
+// is published within a second because the commit's NOTIFY wakes the
+// projector. (Latency is the bench's to measure; the bounds here only tell
+// a wake-up from the poll, with room for a loaded machine.)
 func TestNotifyWakesProjector(t *testing.T) {
 	t.Parallel()
 	db, _ := testenv.Postgres(t)
 	e := setup(t, db)
 	rec := &recorder{notify: make(chan string, 16)}
 	cfg := fastConfig()
-	cfg.IdleSleep = 5 * time.Second
+	cfg.IdleSleep = time.Minute
 	p, err := projector.New(e.store, rec, cfg)
 	require.NoError(t, err)
 	runProjector(t, p)
@@ -76,8 +78,8 @@ func TestNotifyWakesProjector(t *testing.T) {
 
 	lat := latencies(t, e, rec, 7)
 	t.Logf("commit -> publish latencies: %v", lat)
-	assert.Less(t, lat[len(lat)/2], 100*time.Millisecond, "median")
-	assert.Less(t, lat[len(lat)-1], time.Second, "worst case far below the 5 s poll")
+	assert.Less(t, lat[len(lat)/2], time.Second, "median")
+	assert.Less(t, lat[len(lat)-1], 5*time.Second, "worst case far below the minute's poll")
 
 	// The listening connection drops: the projector reconnects and the
 	// next commit still wakes it long before the poll.
@@ -89,7 +91,7 @@ func TestNotifyWakesProjector(t *testing.T) {
 	})
 	lat = latencies(t, e, rec, 3)
 	t.Logf("after reconnect: %v", lat)
-	assert.Less(t, lat[len(lat)-1], time.Second)
+	assert.Less(t, lat[len(lat)-1], 5*time.Second)
 }
 
 // TestAfterCommitWakesProjector is the SQLite (and any database) wake-up:
@@ -99,7 +101,7 @@ func TestAfterCommitWakesProjector(t *testing.T) {
 		e := setup(t, db)
 		rec := &recorder{notify: make(chan string, 16)}
 		cfg := fastConfig()
-		cfg.IdleSleep = 5 * time.Second
+		cfg.IdleSleep = time.Minute
 		cfg.DisableNotify = true
 		p, err := projector.New(e.store, rec, cfg)
 		require.NoError(t, err)
@@ -109,8 +111,8 @@ func TestAfterCommitWakesProjector(t *testing.T) {
 
 		lat := latencies(t, e, rec, 5)
 		t.Logf("commit -> publish latencies: %v", lat)
-		assert.Less(t, lat[len(lat)/2], 100*time.Millisecond, "median")
-		assert.Less(t, lat[len(lat)-1], time.Second)
+		assert.Less(t, lat[len(lat)/2], time.Second, "median")
+		assert.Less(t, lat[len(lat)-1], 5*time.Second, "worst case far below the minute's poll")
 	})
 }
 
