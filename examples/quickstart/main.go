@@ -185,16 +185,24 @@ func openBus(ctx context.Context, cfg config, topics ...string) (*bus, func(), e
 // errUnplugged is what the broken publisher returns.
 var errUnplugged = errors.New("quickstart: the broker is unplugged")
 
-// breakable fails every publish until its deadline, as a broker that
-// cannot be reached would. The deadline is set before the projector
-// starts, so the break is measured from the first publish.
+// breakable fails every publish for its first breakFor, counted from the
+// first publish, as a broker that cannot be reached would: however long
+// the order takes to commit, the first attempt fails.
 type breakable struct {
 	message.Publisher
-	until time.Time
+	breakFor time.Duration
+	mu       sync.Mutex
+	until    time.Time // set by the first Publish
 }
 
 func (b *breakable) Publish(topic string, msgs ...*message.Message) error {
-	if time.Now().Before(b.until) {
+	b.mu.Lock()
+	if b.until.IsZero() {
+		b.until = time.Now().Add(b.breakFor)
+	}
+	broken := time.Now().Before(b.until)
+	b.mu.Unlock()
+	if broken {
 		return errUnplugged
 	}
 	return b.Publisher.Publish(topic, msgs...)
@@ -223,7 +231,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	}
 	defer closeBus()
 	pcfg := &projector.Config{BackoffFloor: 500 * time.Millisecond, Logger: cfg.Log}
-	brk := &breakable{Publisher: b.pub}
+	brk := &breakable{Publisher: b.pub, breakFor: cfg.BreakFor}
 	stack, err := embedded.Open(ctx, &embedded.Config{DB: db, Publisher: brk, Projector: pcfg})
 	if err != nil {
 		return err
@@ -270,11 +278,10 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	}
 
 	// 3. The projector relays what was committed, from now on.
-	brk.until = time.Now().Add(cfg.BreakFor)
 	relayed := make(chan error, 1)
 	running.Go(func() { relayed <- stack.Projector.Run(ctx) })
 	if cfg.BreakFor > 0 {
-		fmt.Fprintf(out, "publishing fails for the next %v\n", cfg.BreakFor)
+		fmt.Fprintf(out, "publishing fails for %v from the first attempt\n", cfg.BreakFor)
 	}
 
 	// 4. Commands: each commits the order and its events together.
