@@ -1,0 +1,210 @@
+package dbbus
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/stdlib"
+	"gorm.io/gorm"
+
+	"github.com/bentoevents/bento/internal/closing"
+	"github.com/bentoevents/bento/internal/dberr"
+	"github.com/bentoevents/bento/internal/dialect"
+	"github.com/bentoevents/bento/internal/migrate"
+)
+
+var (
+	// ErrClosed is returned by a [Bus] or [Subscriber] used after Close.
+	ErrClosed = errors.New("dbbus: bus closed")
+	// ErrNotMigrated is returned by [New] when the bus's tables are
+	// missing: run [Migrate] first.
+	ErrNotMigrated = errors.New("dbbus: tables missing (run dbbus.Migrate)")
+)
+
+//go:embed migrations
+var migrationFiles embed.FS
+
+// Migrations returns the embedded SQL migrations, one folder per dialect.
+func Migrations() fs.FS { return migrate.Folder(migrationFiles) }
+
+// Migrate creates or upgrades the bus's tables (dbbus_messages,
+// dbbus_deliveries, dbbus_bindings) in db, PostgreSQL or SQLite. It is
+// idempotent and safe to run from several processes at once.
+func Migrate(ctx context.Context, db *gorm.DB) error {
+	if err := migrate.Up(ctx, db, "dbbus", Migrations()); err != nil {
+		return wrapDB("migrate", err)
+	}
+	return nil
+}
+
+func wrapDB(op string, err error) error { return dberr.Wrap("dbbus: "+op, err) }
+
+// Bus is the database bus on one database: a message.Publisher
+// ([Bus.Publish], [Bus.PublishTx]) and the source of its subscribers
+// ([Bus.Subscriber]). The publishers and subscribers of one Bus wake each
+// other in-process; on PostgreSQL a LISTEN connection also wakes them for
+// what other processes publish. A Bus is safe for concurrent use.
+type Bus struct {
+	db  *gorm.DB
+	d   dialect.Dialect
+	sql *statements
+	cfg Config
+	log *slog.Logger
+
+	mu     closing.Guard // closed by Close; guards subs
+	subs   []*Subscriber
+	wakeMu sync.Mutex
+	woken  chan struct{} // closed and replaced by wake (guarded by wakeMu)
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the listener
+}
+
+// New returns a Bus on db (PostgreSQL or SQLite), whose tables [Migrate]
+// has created. A nil cfg means the defaults. On PostgreSQL, unless
+// cfg.NoListen, it keeps one connection of db's pool in LISTEN mode until
+// Close.
+//
+// Errors: ErrInvalidConfig, ErrNotMigrated, dialect errors for another
+// database.
+func New(db *gorm.DB, cfg *Config) (*Bus, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	d, err := dialect.Of(db)
+	if err != nil {
+		return nil, fmt.Errorf("dbbus: %w", err)
+	}
+	if err := migrate.Require(db, "dbbus", ErrNotMigrated, "dbbus_messages", "dbbus_deliveries", "dbbus_bindings"); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b := &Bus{db: db, d: d, sql: statementsFor(d), cfg: c, log: c.Logger, woken: make(chan struct{}), cancel: cancel}
+	if d == dialect.Postgres && !c.NoListen {
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			b.listen(ctx)
+		}()
+	}
+	return b, nil
+}
+
+// Close closes every subscriber of the bus (giving back what they hold),
+// stops the LISTEN connection and makes later calls fail with ErrClosed. It
+// does not close db.
+func (b *Bus) Close() error {
+	var subs []*Subscriber
+	_ = b.mu.Close(func() error {
+		subs, b.subs = b.subs, nil
+		return nil
+	})
+	for _, s := range subs {
+		_ = s.Close()
+	}
+	b.cancel()
+	b.wg.Wait()
+	return nil
+}
+
+// wake tells every subscription of the bus to claim now.
+func (b *Bus) wake() {
+	b.wakeMu.Lock()
+	close(b.woken)
+	b.woken = make(chan struct{})
+	b.wakeMu.Unlock()
+}
+
+// wakeup returns the channel the next wake closes.
+func (b *Bus) wakeup() <-chan struct{} {
+	b.wakeMu.Lock()
+	defer b.wakeMu.Unlock()
+	return b.woken
+}
+
+// listen keeps a LISTEN connection open until ctx ends, waking the bus on
+// each notification of its schema. When the connection drops it reconnects
+// with backoff and wakes the bus once, since notifications sent meanwhile
+// are lost; polling covers the gap.
+func (b *Bus) listen(ctx context.Context) {
+	sqlDB, err := b.db.DB()
+	if err != nil {
+		b.log.Warn("dbbus: cannot listen; polling only", "err", err)
+		return
+	}
+	delay := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		started := time.Now()
+		err := b.listenOnce(ctx, sqlDB)
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, errNotPgx) {
+			b.log.Warn("dbbus: cannot listen; polling only", "err", err)
+			return
+		}
+		if time.Since(started) > time.Minute {
+			delay = 100 * time.Millisecond
+		}
+		b.log.Warn("dbbus: listening connection lost; reconnecting", "err", err, "in", delay)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 10*time.Second)
+	}
+}
+
+var errNotPgx = errors.New("the database driver is not pgx's database/sql driver")
+
+func (b *Bus) listenOnce(ctx context.Context, db *sql.DB) error {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("get connection: %w", err)
+	}
+	defer conn.Close()
+	var loopErr error
+	rawErr := conn.Raw(func(dc any) error {
+		sc, ok := dc.(*stdlib.Conn)
+		if !ok {
+			loopErr = fmt.Errorf("%w (got %T)", errNotPgx, dc)
+			return loopErr
+		}
+		pc := sc.Conn()
+		var schema string
+		if err := pc.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+			loopErr = err
+			return driver.ErrBadConn
+		}
+		if _, err := pc.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
+			loopErr = err
+			return driver.ErrBadConn
+		}
+		b.wake() // catch up on anything committed while not listening
+		for {
+			n, err := pc.WaitForNotification(ctx)
+			if err != nil {
+				loopErr = err
+				// The connection is in LISTEN mode (or broken): never hand
+				// it back to the pool.
+				return driver.ErrBadConn
+			}
+			if n.Payload == schema {
+				b.wake()
+			}
+		}
+	})
+	if loopErr != nil {
+		return loopErr
+	}
+	return rawErr
+}

@@ -1,0 +1,8 @@
+package dbbus
+
+// PostgresClaimSQL and PostgresRescueSQL are the claim and rescue
+// statements on PostgreSQL, for the plan tests.
+var (
+	PostgresClaimSQL  = pgStatements.claim
+	PostgresRescueSQL = pgStatements.rescue
+)
