@@ -59,12 +59,14 @@ type Bus struct {
 	cfg Config
 	log *slog.Logger
 
-	mu     closing.Guard // closed by Close; guards subs
-	subs   []*Subscriber
-	wakeMu sync.Mutex
-	woken  chan struct{} // closed and replaced by wake (guarded by wakeMu)
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // the listener
+	// writeMu queues the bus's own writes on SQLite (see write).
+	writeMu sync.Mutex
+	mu      closing.Guard // closed by Close; guards subs
+	subs    []*Subscriber
+	wakeMu  sync.Mutex
+	woken   chan struct{} // closed and replaced by wake (guarded by wakeMu)
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup // the listener
 }
 
 // New returns a Bus on db (PostgreSQL or SQLite), whose tables [Migrate]
@@ -113,6 +115,24 @@ func (b *Bus) Close() error {
 	b.cancel()
 	b.wg.Wait()
 	return nil
+}
+
+// write runs fn, one write statement or transaction of the bus's own. On
+// SQLite, which has one writer at a time, the bus's writes queue for a Go
+// mutex, which hands over in turn, rather than in SQLite's busy handler,
+// which lets a waiter that arrived later win: a waiter sleeps longer after
+// each retry, and under a steady load of claims, acks and publishes one
+// subscription's claim could wait for seconds while a competing
+// subscription of its group claimed everything. Writes of other processes
+// and of the caller's transactions (PublishTx) still meet in the busy
+// handler. On PostgreSQL fn runs at once.
+func (b *Bus) write(fn func() error) error {
+	if b.d != dialect.SQLite {
+		return fn()
+	}
+	b.writeMu.Lock()
+	defer b.writeMu.Unlock()
+	return fn()
 }
 
 // wake tells every subscription of the bus to claim now.
