@@ -16,6 +16,7 @@ import (
 	"github.com/bentoevents/bento/internal/dialect"
 	"github.com/bentoevents/bento/internal/migrate"
 	"github.com/bentoevents/bento/internal/pglisten"
+	"github.com/bentoevents/bento/internal/tracing"
 )
 
 var (
@@ -113,6 +114,14 @@ func (b *Bus) Close() error {
 	b.wg.Wait()
 	return nil
 }
+
+// DB returns the database the bus's tables live in, for the package's
+// functions that take one ([DeclareGroup], [DeclarePartitions], [Depth]).
+func (b *Bus) DB() *gorm.DB { return b.db }
+
+// MessagingSystem returns "bento_database", the bus's messaging.system name
+// on spans.
+func (b *Bus) MessagingSystem() string { return tracing.SystemDatabase }
 
 // write runs fn, one write statement or transaction of the bus's own. On
 // SQLite, which has one writer at a time, the bus's writes queue for a Go
