@@ -29,14 +29,15 @@ import (
 // have declared the group's partition queues, and Subscribe(ctx,
 // messaging.PartitionQueue(group, p)) must consume partition p, with a
 // single active consumer across every instance, as the subscribers of
-// rabbitmq.NewPartitionSubscriber and MemoryBus.PartitionSubscriber do.
+// rabbitmq.NewPartitionSubscriber, MemoryBus.PartitionSubscriber and
+// dbbus.Bus.PartitionSubscriber do.
 type SubscriberFactory func(patterns []string) (message.Subscriber, error)
 
 // Consumer runs typed handlers for one consumer group: each message is
 // decoded, deduplicated by the inbox, handled in the inbox's transaction,
 // retried with backoff when it fails, and dead-lettered when it keeps
-// failing or cannot be decoded. Build it with NewAMQP, NewMemory or New,
-// add handlers with Handle, then Run.
+// failing or cannot be decoded. Build it with NewAMQP, NewMemory,
+// NewDatabase or New, add handlers with Handle, then Run.
 type Consumer struct {
 	cfg       Config
 	db        *gorm.DB

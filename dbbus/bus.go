@@ -34,8 +34,9 @@ var migrationFiles embed.FS
 func Migrations() fs.FS { return migrate.Folder(migrationFiles) }
 
 // Migrate creates or upgrades the bus's tables (dbbus_messages,
-// dbbus_deliveries, dbbus_bindings) in db, PostgreSQL or SQLite. It is
-// idempotent and safe to run from several processes at once.
+// dbbus_deliveries, dbbus_bindings, dbbus_partitions, dbbus_queue_owners)
+// in db, PostgreSQL or SQLite. It is idempotent and safe to run from
+// several processes at once.
 func Migrate(ctx context.Context, db *gorm.DB) error {
 	if err := migrate.Up(ctx, db, "dbbus", Migrations()); err != nil {
 		return wrapDB("migrate", err)
