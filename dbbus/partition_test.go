@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,6 +77,9 @@ func TestDeclarePartitions(t *testing.T) {
 		require.NoError(t, dbbus.DeclareGroup(ctx, db, "plain", "order.*"))
 		require.ErrorIs(t, dbbus.DeclarePartitions(ctx, db, "plain", n, "order.*"), dbbus.ErrTopologyMismatch)
 		require.ErrorIs(t, dbbus.DeclarePartitions(ctx, db, "bad name!", n), messaging.ErrInvalidName)
+		long := strings.Repeat("g", 199) // a valid group, whose partition queues' names are not
+		require.NoError(t, messaging.ValidateGroup(long))
+		require.ErrorIs(t, dbbus.DeclarePartitions(ctx, db, long, n, "order.*"), messaging.ErrInvalidName)
 
 		_, err := dbbus.Depth(ctx, db, "billing")
 		require.ErrorIs(t, err, messaging.ErrQueueNotFound, "a partitioned group is consumed by partition")
