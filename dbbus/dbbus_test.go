@@ -71,18 +71,21 @@ func newMessage(payload string) *message.Message {
 	return m
 }
 
-// TestLeaseExpiryRedelivers holds a message without settling it past the
-// visibility timeout: a second subscriber of the group must receive it,
-// under a new lease that counts the expired one as a failed attempt. The
-// first lease's ack must then fail with ErrLeaseLost and leave the new
-// lease's delivery in place; the second lease's ack deletes it.
+// TestLeaseExpiryRedelivers has a process die holding a message (its
+// connections gone, it can neither renew nor give back): once the lease
+// expires, a subscriber of another process must receive it, under a new
+// lease that counts the expired one as a failed attempt. The first lease's
+// ack must then fail with ErrLeaseLost and leave the new lease's delivery
+// in place; the second lease's ack deletes it. (A live holder renews its
+// leases: TestSlowHandlerKeepsItsLeases.)
 func TestLeaseExpiryRedelivers(t *testing.T) {
 	t.Parallel()
-	testenv.ForEachBackend(t, func(t *testing.T, _ testenv.Backend, db *gorm.DB) {
-		bus := setup(t, db, dbbus.Config{VisibilityTimeout: 300 * time.Millisecond, PollInterval: 20 * time.Millisecond})
+	eachBackend(t, func(t *testing.T, dead, db *gorm.DB) {
+		cfg := dbbus.Config{VisibilityTimeout: 300 * time.Millisecond, PollInterval: 20 * time.Millisecond}
+		deadBus, bus := setup(t, dead, cfg), setup(t, db, cfg)
 		ctx := t.Context()
 		require.NoError(t, dbbus.DeclareGroup(ctx, db, "billing", "order.*"))
-		_, first := subscribe(t, bus, "billing")
+		_, first := subscribe(t, deadBus, "billing")
 		m := newMessage(`{"n":1}`)
 		require.NoError(t, bus.Publish("order.paid", m))
 
@@ -90,6 +93,10 @@ func TestLeaseExpiryRedelivers(t *testing.T) {
 		oldLease, ok := dbbus.LeaseOf(held)
 		require.True(t, ok)
 		assert.Equal(t, 0, oldLease.Attempts)
+		sqlDB, err := dead.DB()
+		require.NoError(t, err)
+		require.NoError(t, sqlDB.Close())
+		_ = deadBus.Close()
 
 		_, second := subscribe(t, bus, "billing")
 		again := receive(t, second, 5*time.Second)
@@ -99,7 +106,7 @@ func TestLeaseExpiryRedelivers(t *testing.T) {
 		assert.NotEqual(t, oldLease.Token, newLease.Token)
 		assert.Equal(t, 1, newLease.Attempts, "an expired lease counts as a failed attempt")
 
-		err := dbbus.Ack(ctx, db, oldLease)
+		err = dbbus.Ack(ctx, db, oldLease)
 		require.ErrorIs(t, err, dbbus.ErrLeaseLost)
 		assert.Equal(t, 1, depth(t, db, "billing"), "a stale ack deleted the new lease's delivery")
 		require.ErrorIs(t, dbbus.Nack(ctx, db, oldLease), dbbus.ErrLeaseLost)
@@ -397,5 +404,47 @@ func TestInProcessWake(t *testing.T) {
 			require.Equal(t, m.UUID, got.UUID)
 			got.Ack()
 		}
+	})
+}
+
+// TestSameUUIDOnAnotherTopic publishes a message, then, while it is still
+// held, a copy with the same UUID and other metadata on another topic, as
+// a consumer does when it dead-letters a message: the copy is a message of
+// its own, delivered with its own metadata and payload, while publishing
+// it again on the same topic (a relay's retry) still delivers it once.
+func TestSameUUIDOnAnotherTopic(t *testing.T) {
+	t.Parallel()
+	testenv.ForEachBackend(t, func(t *testing.T, _ testenv.Backend, db *gorm.DB) {
+		bus := setup(t, db, dbbus.Config{PollInterval: 20 * time.Millisecond})
+		ctx := t.Context()
+		require.NoError(t, dbbus.DeclareGroup(ctx, db, "billing", "order.paid"))
+		require.NoError(t, dbbus.DeclareGroup(ctx, db, "billing.dead", "bento-dead.billing"))
+		m := newMessage(`{"n":1}`)
+		require.NoError(t, bus.Publish("order.paid", m))
+		_, ch := subscribe(t, bus, "billing")
+		held := receive(t, ch, 5*time.Second)
+
+		dead := message.NewMessage(m.UUID, []byte(`{"n":1,"dead":true}`))
+		for k, v := range held.Metadata {
+			dead.Metadata.Set(k, v)
+		}
+		dead.Metadata.Set("bento_dead_reason", "permanent")
+		require.NoError(t, bus.Publish("bento-dead.billing", dead))
+		require.NoError(t, bus.Publish("bento-dead.billing", dead))
+		assert.Equal(t, 1, depth(t, db, "billing.dead"), "a copy on another topic is a message of its own, delivered once")
+		held.Ack()
+
+		_, deadCh := subscribe(t, bus, "billing.dead")
+		got := receive(t, deadCh, 5*time.Second)
+		assert.Equal(t, m.UUID, got.UUID)
+		assert.Equal(t, "permanent", got.Metadata.Get("bento_dead_reason"))
+		assert.JSONEq(t, `{"n":1,"dead":true}`, string(got.Payload))
+		got.Ack()
+		testenv.WaitFor(t, 5*time.Second, "both acks", func() bool {
+			return depth(t, db, "billing") == 0 && depth(t, db, "billing.dead") == 0
+		})
+		var bodies int64
+		require.NoError(t, db.Raw("SELECT count(*) FROM dbbus_messages").Scan(&bodies).Error)
+		assert.Zero(t, bodies, "a body outlived its last delivery")
 	})
 }
