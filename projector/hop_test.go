@@ -3,6 +3,7 @@ package projector_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -390,26 +391,25 @@ func (s stallingBus) PublishTx(tx *gorm.DB, topic string, msgs ...*message.Messa
 }
 
 // TestDBBusHopRacingProjectorsPublishOnce: two projectors relay one outbox
-// to the bus at once, with leases shorter than the stalls one of them
-// suffers: before its transaction (the other takes its rows over; its
-// first stall lasts until that happened) and inside it (its lease runs
-// out while it holds the rows). Every event must reach the group exactly
-// once.
+// to the bus at once while events are committed, one of them stalling
+// now and then past its lease, before its transaction (the other takes
+// its rows over) or inside it (it holds the rows meanwhile). Its first
+// stall lasts until the other took its batch over, so it certainly tries
+// to publish rows it lost. Every event must reach the group exactly once.
 func TestDBBusHopRacingProjectorsPublishOnce(t *testing.T) {
 	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend, db *gorm.DB) {
 		e := setup(t, db)
 		bus := newDBBus(t, db)
 		got := consume(t, bus)
-		events := e.commit(t, counterIDs(30), 3)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		config := func(worker string) *projector.Config {
 			cfg := fastConfig()
 			cfg.WorkerID, cfg.BatchSize, cfg.MaxAttempts = worker, 10, 1000
-			cfg.Lease, cfg.PublishTimeout = 200*time.Millisecond, 150*time.Millisecond
+			cfg.Lease, cfg.PublishTimeout = 500*time.Millisecond, 400*time.Millisecond
 			return cfg
 		}
-		// stall simulates a stalled process for d, or until the test ends.
+		// stall plays a stalled process for d, or until the test ends.
 		stall := func(d time.Duration) {
 			select {
 			case <-ctx.Done():
@@ -427,22 +427,29 @@ func TestDBBusHopRacingProjectorsPublishOnce(t *testing.T) {
 		fast, err := projector.New(e.store, bus, config("fast"))
 		require.NoError(t, err)
 
+		// The slow projector's first batch is the whole outbox so far.
+		first := make([]string, 10)
+		for i := range first {
+			first[i] = fmt.Sprintf("first-%d", i)
+		}
+		events := e.commit(t, first, 1)
 		var (
 			started    atomic.Int64
 			firstStall sync.Once
+			tookOver   = make(chan bool, 1)
 		)
 		before := onStart(func() {
-			n := started.Add(1)
 			firstStall.Do(func() {
-				// The slow projector holds its first batch: start the
-				// other, and go on once it took every row of it over.
+				// Holding its first batch: start the other projector and go
+				// on once it took every row of the batch over.
 				run(fast)
-				testenv.WaitFor(t, 20*time.Second, "the other projector to take the batch over", func() bool {
-					return e.count(t, "locked_by = 'slow'") == 0
+				tookOver <- testenv.Poll(20*time.Second, func() bool {
+					var n int64
+					return db.Model(&outbox.Message{}).Where("locked_by = 'slow'").Count(&n).Error == nil && n == 0
 				})
 			})
-			if n%7 == 0 {
-				stall(300 * time.Millisecond)
+			if started.Add(1)%23 == 0 {
+				stall(600 * time.Millisecond)
 			}
 		})
 		rec := tracetest.NewSpanRecorder()
@@ -450,8 +457,8 @@ func TestDBBusHopRacingProjectorsPublishOnce(t *testing.T) {
 		t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 		var calls atomic.Int64
 		inside := stallingBus{Bus: bus, stall: func() {
-			if calls.Add(1)%3 == 0 {
-				stall(120 * time.Millisecond)
+			if calls.Add(1)%4 == 0 {
+				stall(300 * time.Millisecond)
 			}
 		}}
 		slowCfg := config("slow")
@@ -459,14 +466,31 @@ func TestDBBusHopRacingProjectorsPublishOnce(t *testing.T) {
 		slow, err := projector.New(e.store, inside, slowCfg)
 		require.NoError(t, err)
 		run(slow)
+		require.True(t, <-tookOver, "the other projector took the first batch over")
+		// The rest is committed once the slow projector tried its first
+		// batch, so that its transaction meets no writers but the other
+		// projector.
+		testenv.WaitFor(t, 10*time.Second, "the slow projector to try its first batch", func() bool {
+			return len(rec.Ended()) >= len(first)
+		})
 
+		events = append(events, e.commit(t, counterIDs(40), 3)...)
 		testenv.WaitFor(t, 60*time.Second, "every event sent, received and acked", func() bool {
 			return e.count(t, "status = 'sent'") == int64(len(events)) &&
 				busRows(t, db, "dbbus_deliveries") == 0 && busRows(t, db, "dbbus_messages") == 0
 		})
 		cancel()
 		wg.Wait()
-		assert.Positive(t, leaseLost(rec), "the slow projector lost a lease and committed nothing")
+		lost := 0
+		for _, s := range rec.Ended() {
+			if slices.Contains(first, spanAttr(s, "bento.aggregate.id")) {
+				assert.Equal(t, codes.Error, s.Status().Code, "the slow projector's publish of its first batch")
+				assert.Contains(t, s.Status().Description, "lease lost")
+				lost++
+			}
+		}
+		assert.Equal(t, len(first), lost, "the slow projector tried its first batch once")
+		t.Logf("the slow projector's publishes: %d, of which lost their lease: %d", len(rec.Ended()), leaseLost(rec))
 		counts := got.counts()
 		assert.Len(t, counts, len(events))
 		for _, id := range events {
