@@ -466,7 +466,12 @@ func TestDBBusHopRacingProjectorsPublishOnce(t *testing.T) {
 		slow, err := projector.New(e.store, inside, slowCfg)
 		require.NoError(t, err)
 		run(slow)
-		require.True(t, <-tookOver, "the other projector took the first batch over")
+		select {
+		case ok := <-tookOver:
+			require.True(t, ok, "the other projector took the first batch over")
+		case <-time.After(30 * time.Second):
+			t.Fatal("the slow projector never started its first batch")
+		}
 		// The rest is committed once the slow projector tried its first
 		// batch, so that its transaction meets no writers but the other
 		// projector.
