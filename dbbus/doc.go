@@ -48,6 +48,17 @@
 // notifies [NotifyChannel] once (PostgreSQL folds identical notifications
 // of one transaction into one), as a hint; subscribers also poll.
 //
+// # Relaying the outbox
+//
+// A bus on the outbox's own database relays it exactly once: given a Bus
+// as its publisher, package projector publishes each batch with
+// [Bus.PublishTx] in the transaction that marks the rows sent, under the
+// rows' lease, and commits nothing once another projector took them over
+// ([Bus.DB] tells it that the databases are one). Without that, a relay
+// that published and then failed to mark would publish again, and the
+// UUID check above hides the second copy only while a group has not acked
+// the first.
+//
 // # Delivery states
 //
 //	ready --claim--> leased --Ack--> deleted (and the body, once no delivery references it)

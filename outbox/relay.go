@@ -218,13 +218,33 @@ func scanClaimed(rows *sql.Rows, e *edge) (*Message, bool, error) {
 // transaction. It returns how many rows were marked; rows whose lease was
 // taken over by another worker are left alone (the new owner records them).
 func (s *Store) MarkSent(ctx context.Context, worker string, ids []string) (int64, error) {
-	return s.settle(ctx, "mark sent", markSentSQL, worker, ids)
+	return s.settle(ctx, nil, "mark sent", markSentSQL, worker, ids)
+}
+
+// MarkSentTx is MarkSent inside the caller's transaction tx, on the
+// store's database: the rows are marked, and the next held rows released,
+// if and only if tx commits, and MarkSentTx never commits or rolls back.
+// It is fenced as MarkSent is: only rows still leased to worker are marked,
+// and on PostgreSQL they stay locked until tx ends, so no other worker
+// takes their lease over meanwhile. A caller that publishes the rows in
+// tx (to a bus whose queues live in the same database) and commits only
+// when the count returned is len(ids) publishes each row exactly once.
+//
+// Errors: as MarkSent.
+func (s *Store) MarkSentTx(ctx context.Context, tx *gorm.DB, worker string, ids []string) (int64, error) {
+	return s.settle(ctx, tx, "mark sent", markSentSQL, worker, ids)
 }
 
 // DeleteSent is MarkSent for projectors configured to delete rows once they
 // are published instead of keeping them as sent.
 func (s *Store) DeleteSent(ctx context.Context, worker string, ids []string) (int64, error) {
-	return s.settle(ctx, "delete sent", deleteSentSQL, worker, ids)
+	return s.settle(ctx, nil, "delete sent", deleteSentSQL, worker, ids)
+}
+
+// DeleteSentTx is DeleteSent inside the caller's transaction tx, as
+// MarkSentTx is MarkSent.
+func (s *Store) DeleteSentTx(ctx context.Context, tx *gorm.DB, worker string, ids []string) (int64, error) {
+	return s.settle(ctx, tx, "delete sent", deleteSentSQL, worker, ids)
 }
 
 // Release hands back rows claimed by worker that it did not try to publish
@@ -246,15 +266,23 @@ func (s *Store) Release(ctx context.Context, worker string, ids []string) (int64
 
 // settle runs query, a statement that moves worker's rows ids out of the
 // unsent states and returns their aggregates, and promotes the next held
-// row of those aggregates in the same transaction.
-func (s *Store) settle(ctx context.Context, op, query, worker string, ids []string) (int64, error) {
+// row of those aggregates in the same transaction: tx, or one of its own
+// when tx is nil.
+func (s *Store) settle(ctx context.Context, tx *gorm.DB, op, query, worker string, ids []string) (int64, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
 	if worker == "" {
 		return 0, fmt.Errorf("outbox: %s: %w: empty worker", op, ErrInvalidClaim)
 	}
-	n, err := s.leaveTx(ctx, query, map[string]any{"now": s.clock.now(), "worker": worker, "ids": ids})
+	args := map[string]any{"now": s.clock.now(), "worker": worker, "ids": ids}
+	var n int64
+	var err error
+	if tx == nil {
+		n, err = s.leaveTx(ctx, query, args)
+	} else {
+		n, err = s.leave(tx.WithContext(ctx), query, args)
+	}
 	if err != nil {
 		return 0, wrapDB("outbox: "+op, err)
 	}

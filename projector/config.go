@@ -43,8 +43,9 @@ type Config struct {
 	Lease time.Duration
 	// PublishTimeout bounds how long a batch waits for its publishes; a
 	// publish still running then counts as failed (it may still reach the
-	// broker: at-least-once). It must be shorter than Lease. Defaults to
-	// 10s.
+	// broker: at-least-once). Through a TxPublisher it bounds the
+	// transaction that publishes and marks a batch, which then rolls back.
+	// It must be shorter than Lease. Defaults to 10s.
 	PublishTimeout time.Duration
 	// MaxBatchBytes bounds the payload and metadata bytes one claim takes,
 	// so a batch of large events cannot hold BatchSize times the largest

@@ -7,7 +7,9 @@
 // or any publisher you bring: Kafka, NATS, ...), and records the outcome: the batch is marked sent
 // in one statement (or deleted), a failed event is retried with jittered
 // exponential backoff, and an event that keeps failing ends dead with its last
-// error kept, without holding up the others.
+// error kept, without holding up the others. A bus whose queues live in the
+// outbox's own database (package dbbus) is the exception: there the batch is
+// published and marked sent in one transaction (see Guarantees).
 //
 // # Guarantees
 //
@@ -17,6 +19,17 @@
 // another projector claims them and publishes again, so consumers must be
 // idempotent (package inbox). An outage of the broker turns into failed
 // attempts and backoff, never into loss.
+//
+// Exactly once to the database bus: when the publisher is a [TxPublisher]
+// on the outbox's own database (a dbbus.Bus opened on the same *gorm.DB),
+// the projector writes a batch into the groups' queues and marks it sent
+// (or deletes it, with DeleteOnSuccess) in one transaction, which commits
+// only while the projector still holds the lease of every row of the
+// batch. A failure rolls back both and counts a failed attempt; a
+// projector whose lease was taken over commits nothing and releases the
+// rows still its own. No row is published twice, however the projector
+// or the database fails, and the consumers of the bus see each event once
+// per group (they still settle their own deliveries at least once).
 //
 // Per-aggregate order: a row is only claimed while no earlier event of the
 // same aggregate is unsent, so across any number of projectors the first

@@ -33,6 +33,7 @@ var (
 type OutboxProjector struct {
 	store   *outbox.Store
 	pub     message.Publisher
+	txPub   TxPublisher // pub, when it publishes in the store's transactions
 	cfg     Config
 	log     *slog.Logger
 	metrics *metrics
@@ -48,7 +49,10 @@ type OutboxProjector struct {
 }
 
 // New returns a projector that relays the rows of store through pub. cfg
-// may be nil: nil and zero fields mean the defaults.
+// may be nil: nil and zero fields mean the defaults. When pub is a
+// [TxPublisher] on store's database (a dbbus.Bus on the same *gorm.DB),
+// the projector publishes each batch in the transaction that marks it
+// sent, exactly once.
 //
 // Errors: ErrInvalidConfig (naming each bad field), or an error registering
 // metrics.
@@ -75,6 +79,7 @@ func New(store *outbox.Store, pub message.Publisher, cfg *Config) (*OutboxProjec
 	return &OutboxProjector{
 		store:   store,
 		pub:     pub,
+		txPub:   txPublisherOn(pub, store.DB()),
 		cfg:     c,
 		log:     c.Logger.With("component", "bento.projector", "worker", c.WorkerID),
 		metrics: m,
@@ -378,7 +383,9 @@ func (p *OutboxProjector) batch(ctx context.Context) (r Result, more bool, err e
 			failed = append(failed, i)
 		}
 	}
-	if len(sent) > 0 {
+	if len(sent) > 0 && p.txPub != nil {
+		r.Published = len(sent) // marked in the transaction that published them
+	} else if len(sent) > 0 {
 		settle := p.store.MarkSent
 		if p.cfg.DeleteOnSuccess {
 			settle = p.store.DeleteSent
@@ -468,8 +475,12 @@ func (p *OutboxProjector) publishBatch(ctx context.Context, bp BatchPublisher, r
 
 // publish sends every row, at most Concurrency at a time, and returns each
 // row's outcome: nil, an error, ErrPublishTimeout, or errNotTried for rows
-// it did not start because ctx ended or the deadline passed first.
+// it did not start because ctx ended or the deadline passed first. Through
+// a TxPublisher, nil also means that the row is marked sent (publishTx).
 func (p *OutboxProjector) publish(ctx context.Context, rows []*outbox.Message) []error {
+	if p.txPub != nil {
+		return p.publishTx(ctx, rows)
+	}
 	if bp, ok := p.pub.(BatchPublisher); ok {
 		return p.publishBatch(ctx, bp, rows)
 	}
