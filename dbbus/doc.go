@@ -51,6 +51,18 @@
 // of a group receives the messages of one topic in publish order, as long
 // as none comes back; competing subscriptions share the group's messages.
 //
+// # Browsing a queue
+//
+// [Browse] is how an operator handles a queue nobody consumes, such as a
+// consumer group's dead-letter queue: it shows a group's ready deliveries,
+// oldest first, and removes the ones its function chooses, or moves them
+// to another group ([BrowseAction.MoveTo]) with new metadata, each move
+// in one transaction (exactly once: never lost, never duplicated).
+// Concurrent browses of one group lock its rows in id order and wait for
+// each other's, so none misses a delivery or acts twice on one; a browse
+// whose context ends rolls back the transaction under way and leaves its
+// deliveries in place. [Peek] shows them without locking anything.
+//
 // # Not yet
 //
 // Partitions and per-aggregate order across competing consumers, dead

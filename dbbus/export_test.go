@@ -1,8 +1,9 @@
 package dbbus
 
-// PostgresClaimSQL and PostgresRescueSQL are the claim and rescue
-// statements on PostgreSQL, for the plan tests.
+// PostgresClaimSQL, PostgresRescueSQL and PostgresBrowseSQL are the
+// claim, rescue and browse statements on PostgreSQL, for the plan tests.
 var (
 	PostgresClaimSQL  = pgStatements.claim
 	PostgresRescueSQL = pgStatements.rescue
+	PostgresBrowseSQL = pgStatements.browse
 )
