@@ -7,3 +7,7 @@ var (
 	PostgresRescueSQL = pgStatements.rescue
 	PostgresBrowseSQL = pgStatements.browse
 )
+
+// TakeOverSQL is the statement a new owner of a queue runs, for the plan
+// tests.
+var TakeOverSQL = takeOver
