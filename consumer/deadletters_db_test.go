@@ -31,7 +31,8 @@ type dbDead struct {
 	dead  *consumer.DeadLetters
 	// ids are the dead letters' message ids, oldest first; the even ones
 	// are of tenant acme, the odd ones of globex.
-	ids []string
+	ids  []string
+	msgs []*message.Message
 }
 
 // newDBDead migrates db and fills the dead-letter queue of a new group
@@ -54,6 +55,7 @@ func newDBDead(t *testing.T, db *gorm.DB, n int) *dbDead {
 		m := eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: fmt.Sprint(i), SKU: "kiwi", Qty: 1}, nil)
 		m.Metadata.Set(messaging.MetaAggregateID, fmt.Sprintf("o-%d", i))
 		m.Metadata.Set(messaging.MetaTenantID, []string{"acme", "globex"}[i%2])
+		delete(m.Metadata, messaging.MetaPartitionKey) // the key of the tenant and aggregate set here
 		m.Metadata.Set(consumer.MetaDeadCause, consumer.CausePermanent)
 		m.Metadata.Set(consumer.MetaDeadReason, "no such sku: kiwi")
 		m.Metadata.Set(consumer.MetaDeadAttempts, "3")
@@ -62,6 +64,7 @@ func newDBDead(t *testing.T, db *gorm.DB, n int) *dbDead {
 		msgs[i] = m
 		e.ids = append(e.ids, m.UUID)
 	}
+	e.msgs = msgs
 	require.NoError(t, bus.Publish(consumer.DeadLetterTopic(e.group), msgs...))
 	return e
 }
@@ -202,6 +205,33 @@ func TestDatabaseDeadLetters(t *testing.T) {
 		left, err = e.dead.List(ctx, e.group, consumer.DeadFilter{}, 10)
 		require.NoError(t, err)
 		assert.Equal(t, []string{e.ids[0], e.ids[3]}, messageIDs(left))
+	})
+}
+
+// TestDatabaseReplayToPartitions replays eight dead letters of eight
+// aggregates to a partitioned group on the database bus: each must land
+// in the partition its partition key chooses, the one a publish of it
+// reaches, and they must spread over more than one partition.
+func TestDatabaseReplayToPartitions(t *testing.T) {
+	t.Parallel()
+	testenv.ForEachBackend(t, func(t *testing.T, _ testenv.Backend, db *gorm.DB) {
+		const partitions = 4
+		e := newDBDead(t, db, 8)
+		ctx := t.Context()
+		require.NoError(t, dbbus.DeclarePartitions(ctx, db, e.group, partitions, "order.placed"))
+		replayed, err := e.dead.Replay(ctx, e.group, consumer.DeadFilter{})
+		require.NoError(t, err)
+		require.Equal(t, e.ids, messageIDs(replayed))
+		used := map[string]bool{}
+		for _, m := range e.msgs {
+			var q []string
+			require.NoError(t, db.Raw(`SELECT group_name FROM dbbus_deliveries WHERE message_id = ?`, m.UUID).Scan(&q).Error)
+			require.Len(t, q, 1)
+			want := messaging.PartitionQueue(e.group, messaging.PartitionOf(messaging.PartitionKey(m), partitions))
+			assert.Equal(t, want, q[0], "%s replayed to another partition than its key's", m.UUID)
+			used[q[0]] = true
+		}
+		assert.Greater(t, len(used), 1, "every aggregate in one partition: the test proves nothing")
 	})
 }
 

@@ -38,11 +38,14 @@ type BrowseAction struct {
 	// Remove deletes the delivery from the browsed group, and the
 	// message's body once no delivery references it (as an ack does).
 	Remove bool
-	// MoveTo, when not empty, names a declared group (see [DeclareGroup])
-	// the message goes to, with the metadata the function left on it: in
-	// one transaction, the delivery leaves the browsed group and the
-	// group named gets a new ready delivery of the message, at the end of
-	// its queue, as if it were published to that group alone. So a move
+	// MoveTo, when not empty, names a declared group (see [DeclareGroup]
+	// and [DeclarePartitions]) the message goes to, with the metadata the
+	// function left on it: in one transaction, the delivery leaves the
+	// browsed group and the group named gets a new ready delivery of the
+	// message, at the end of its queue, as if it were published to that
+	// group alone: for a partitioned group, in the partition queue its
+	// partition key chooses (messaging.PartitionKey of the metadata the
+	// function left), as [Bus.Publish] would. So a move
 	// is exactly once: it happens entirely or not at all. The message's
 	// body is shared by its deliveries, so the new metadata is the one of
 	// every delivery of it (a dead letter's body has no other delivery
@@ -92,7 +95,7 @@ func Browse(ctx context.Context, db *gorm.DB, group string, limit int, fn func(B
 		return 0, err
 	}
 	q := statementsFor(d).browse
-	declared := map[string]bool{}
+	targets := map[string]route{}
 	var after int64
 	done := 0
 	for seen := 0; seen < limit; {
@@ -129,7 +132,7 @@ func Browse(ctx context.Context, db *gorm.DB, group string, limit int, fn func(B
 					break
 				}
 				if a.MoveTo != "" {
-					if err := moveDelivery(ctx, tx, declared, b, a.MoveTo); err != nil {
+					if err := moveDelivery(ctx, tx, targets, b, a.MoveTo); err != nil {
 						return err
 					}
 					acted++
@@ -177,16 +180,24 @@ func Browse(ctx context.Context, db *gorm.DB, group string, limit int, fn func(B
 }
 
 // moveDelivery moves b to group to in tx (see BrowseAction.MoveTo);
-// declared caches the groups found declared.
-func moveDelivery(ctx context.Context, tx *gorm.DB, declared map[string]bool, b Browsed, to string) error {
-	if !declared[to] {
+// targets caches the routes of the groups moved to.
+func moveDelivery(ctx context.Context, tx *gorm.DB, targets map[string]route, b Browsed, to string) error {
+	r, ok := targets[to]
+	if !ok {
 		if err := messaging.ValidateGroup(to); err != nil {
 			return fmt.Errorf("dbbus: browse: move: %w", err)
 		}
-		if err := requireGroup(ctx, tx, to); err != nil {
+		n, err := partitionsOf(tx.WithContext(ctx), to)
+		if err != nil {
 			return err
 		}
-		declared[to] = true
+		if n == 0 {
+			if err := requireGroup(ctx, tx, to); err != nil {
+				return err
+			}
+		}
+		r = route{group: to, partitions: n}
+		targets[to] = r
 	}
 	md, err := json.Marshal(map[string]string(b.Message.Metadata))
 	if err != nil {
@@ -200,7 +211,7 @@ func moveDelivery(ctx context.Context, tx *gorm.DB, declared map[string]bool, b 
 		// Not on PostgreSQL, which locked it; SQLite serialises writers.
 		return fmt.Errorf("dbbus: browse: move delivery %d of %s: it is gone", b.Delivery, b.Message.UUID)
 	}
-	if err := tx.Exec(insertDelivery, to, b.Message.UUID).Error; err != nil {
+	if err := tx.Exec(insertDelivery, r.queue(b.Message), b.Message.UUID).Error; err != nil {
 		return wrapDB("browse: move", err)
 	}
 	if err := tx.Exec(setMetadata, string(md), b.Message.UUID).Error; err != nil {

@@ -229,3 +229,47 @@ func TestBrowseCancelledLosesNothing(t *testing.T) {
 		assert.True(t, slices.Equal(ids[100:], moved))
 	})
 }
+
+// TestBrowseMovesToAPartition moves eight dead letters of eight aggregates
+// to a partitioned group: each must land in the partition queue a publish
+// of the same message reaches (its partition key's), and they must spread
+// over more than one partition.
+func TestBrowseMovesToAPartition(t *testing.T) {
+	t.Parallel()
+	testenv.ForEachBackend(t, func(t *testing.T, _ testenv.Backend, db *gorm.DB) {
+		bus := setup(t, db, dbbus.Config{})
+		ctx := t.Context()
+		require.NoError(t, dbbus.DeclarePartitions(ctx, db, "orders", 4, "order.paid"))
+		require.NoError(t, dbbus.DeclareGroup(ctx, db, "orders.dead", "dead.orders"))
+		var dead, live []*message.Message
+		for i := range 8 {
+			for _, to := range []*[]*message.Message{&dead, &live} {
+				m := newMessage(`{}`)
+				m.Metadata.Set(messaging.MetaTenantID, "acme")
+				m.Metadata.Set(messaging.MetaAggregateType, "order")
+				m.Metadata.Set(messaging.MetaAggregateID, fmt.Sprintf("o-%d", i))
+				*to = append(*to, m)
+			}
+		}
+		require.NoError(t, bus.Publish("dead.orders", dead...))
+		require.NoError(t, bus.Publish("order.paid", live...))
+		n, err := dbbus.Browse(ctx, db, "orders.dead", 100, func(dbbus.Browsed) (dbbus.BrowseAction, error) {
+			return dbbus.BrowseAction{MoveTo: "orders"}, nil
+		})
+		require.NoError(t, err)
+		assert.Equal(t, 8, n)
+		queueOf := func(id string) string {
+			var q []string
+			require.NoError(t, db.Raw(`SELECT group_name FROM dbbus_deliveries WHERE message_id = ?`, id).Scan(&q).Error)
+			require.Len(t, q, 1, "message %s has %d deliveries", id, len(q))
+			return q[0]
+		}
+		used := map[string]bool{}
+		for i := range dead {
+			q := queueOf(dead[i].UUID)
+			assert.Equal(t, queueOf(live[i].UUID), q, "aggregate o-%d: moved to another partition than a publish reaches", i)
+			used[q] = true
+		}
+		assert.Greater(t, len(used), 1, "every aggregate in one partition: the test proves nothing")
+	})
+}
