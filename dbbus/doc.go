@@ -56,8 +56,9 @@
 // [Browse] is how an operator handles a queue nobody consumes, such as a
 // consumer group's dead-letter queue: it shows a group's ready deliveries,
 // oldest first, and removes the ones its function chooses, or moves them
-// to another group ([BrowseAction.MoveTo]) with new metadata, each move
-// in one transaction (exactly once: never lost, never duplicated).
+// to another group ([BrowseAction.MoveTo]; a partitioned group's
+// partition queue by the message's partition key) with new metadata, each
+// move in one transaction (exactly once: never lost, never duplicated).
 // Concurrent browses of one group lock its rows in id order and wait for
 // each other's, so none misses a delivery or acts twice on one; a browse
 // whose context ends rolls back the transaction under way and leaves its
