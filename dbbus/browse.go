@@ -138,11 +138,14 @@ func Browse(ctx context.Context, db *gorm.DB, group string, limit int, fn func(B
 					acted++
 					moved = true
 				} else if a.Remove {
-					if err := tx.Exec(deleteReady, b.Delivery).Error; err != nil {
-						return wrapDB("browse: remove", err)
+					res := tx.Exec(deleteReady, b.Delivery)
+					if res.Error != nil {
+						return wrapDB("browse: remove", res.Error)
 					}
-					touched = append(touched, b.Message.UUID)
-					acted++
+					if res.RowsAffected == 1 { // the transaction holds it: always
+						touched = append(touched, b.Message.UUID)
+						acted++
+					}
 				}
 				if a.Stop {
 					stop = true
