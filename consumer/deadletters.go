@@ -124,7 +124,8 @@ const deadLimit = 100_000
 // filters, the dead letters returned and what a replay sends are the same
 // on both. It is safe for concurrent use, and concurrent calls on one
 // group, in this process or others, neither miss a dead letter nor handle
-// one twice.
+// one twice. Get one from RabbitMQDeadLetters or DatabaseDeadLetters; the
+// zero value is not usable.
 type DeadLetters struct {
 	q deadQueue
 }

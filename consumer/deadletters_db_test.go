@@ -168,6 +168,8 @@ func TestDatabaseDeadLetters(t *testing.T) {
 		assert.Empty(t, none)
 		_, err = e.dead.List(ctx, "nobody", consumer.DeadFilter{}, 10)
 		require.ErrorIs(t, err, messaging.ErrQueueNotFound)
+		_, err = consumer.DatabaseDeadLetters(nil).List(ctx, e.group, consumer.DeadFilter{}, 10)
+		require.ErrorIs(t, err, consumer.ErrInvalidConfig)
 
 		// The group is not declared yet: nowhere to replay to.
 		_, err = e.dead.Replay(ctx, e.group, consumer.DeadFilter{})

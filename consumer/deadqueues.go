@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"gorm.io/gorm"
@@ -58,6 +59,9 @@ func (r rabbitDead) browse(ctx context.Context, group string, verb deadVerb, pic
 type databaseDead struct{ db *gorm.DB }
 
 func (d databaseDead) browse(ctx context.Context, group string, verb deadVerb, pick func(*message.Message) (bool, bool)) (int, error) {
+	if d.db == nil {
+		return 0, fmt.Errorf("%w: DatabaseDeadLetters with a nil db", ErrInvalidConfig)
+	}
 	queue := DeadLetterQueue(group)
 	if verb == deadList {
 		n := 0
