@@ -176,8 +176,9 @@ type deadQueue interface {
 // List returns up to limit dead letters of group that f selects, oldest
 // first, leaving them in the queue.
 //
-// Errors: messaging.ErrQueueNotFound (no dead-letter queue), ctx's error,
-// or the bus's.
+// Errors: messaging.ErrQueueNotFound (no dead-letter queue),
+// ErrInvalidConfig (DatabaseDeadLetters of a nil db), ctx's error, or the
+// bus's.
 func (d *DeadLetters) List(ctx context.Context, group string, f DeadFilter, limit int) ([]DeadLetter, error) {
 	return d.collect(ctx, group, f, limit, deadList)
 }
@@ -199,7 +200,7 @@ func (d *DeadLetters) List(ctx context.Context, group string, f DeadFilter, limi
 // database bus each moves to the group in one transaction.
 //
 // Errors: messaging.ErrQueueNotFound (no dead-letter queue, or no group to
-// replay to), ctx's error, or the bus's.
+// replay to), ErrInvalidConfig, ctx's error, or the bus's.
 func (d *DeadLetters) Replay(ctx context.Context, group string, f DeadFilter) ([]DeadLetter, error) {
 	return d.collect(ctx, group, f, deadLimit, deadReplay)
 }
@@ -210,7 +211,8 @@ func (d *DeadLetters) Replay(ctx context.Context, group string, f DeadFilter) ([
 // (Consumer.Release, naming d.Aggregate() and d.MessageID) so its parked
 // events go on.
 //
-// Errors: messaging.ErrQueueNotFound, ctx's error, or the bus's.
+// Errors: messaging.ErrQueueNotFound, ErrInvalidConfig, ctx's error, or
+// the bus's.
 func (d *DeadLetters) Discard(ctx context.Context, group string, f DeadFilter) ([]DeadLetter, error) {
 	return d.collect(ctx, group, f, deadLimit, deadDiscard)
 }
