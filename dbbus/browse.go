@@ -25,6 +25,9 @@ type Browsed struct {
 	// Delivery is the delivery row's id: deliveries are shown in id order,
 	// oldest first.
 	Delivery int64
+	// Topic is the topic its message was published on (a dead letter's is
+	// its dead-letter topic).
+	Topic string
 	// Attempts counts its failed deliveries to the group.
 	Attempts int
 	// Message is its message: UUID, metadata and payload. A Browse
@@ -214,10 +217,10 @@ func moveDelivery(ctx context.Context, tx *gorm.DB, targets map[string]route, b 
 		// Not on PostgreSQL, which locked it; SQLite serialises writers.
 		return fmt.Errorf("dbbus: browse: move delivery %d of %s: it is gone", b.Delivery, b.Message.UUID)
 	}
-	if err := tx.Exec(insertDelivery, r.queue(b.Message), b.Message.UUID).Error; err != nil {
+	if err := tx.Exec(insertDelivery, r.queue(b.Message), b.Message.UUID, b.Topic).Error; err != nil {
 		return wrapDB("browse: move", err)
 	}
-	if err := tx.Exec(setMetadata, string(md), b.Message.UUID).Error; err != nil {
+	if err := tx.Exec(setMetadata, string(md), b.Message.UUID, b.Topic).Error; err != nil {
 		return wrapDB("browse: move: set metadata", err)
 	}
 	return nil
@@ -277,6 +280,7 @@ func readDeliveries(tx *gorm.DB, q, group string, after int64, limit int) (out [
 	var rows []struct {
 		ID        int64
 		MessageID string
+		Topic     string
 		Attempts  int
 	}
 	if err := tx.Raw(q, map[string]any{"group": group, "after": after, "limit": limit}).Scan(&rows).Error; err != nil {
@@ -291,19 +295,21 @@ func readDeliveries(tx *gorm.DB, q, group string, after int64, limit int) (out [
 	}
 	var bodies []struct {
 		ID       string
+		Topic    string
 		Metadata string
 		Payload  []byte
 	}
 	if err := tx.Raw(readBodies, ids).Scan(&bodies).Error; err != nil {
 		return nil, 0, 0, wrapDB("browse: read messages", err)
 	}
-	byID := make(map[string]int, len(bodies))
+	type bodyKey struct{ id, topic string }
+	byKey := make(map[bodyKey]int, len(bodies))
 	for i, b := range bodies {
-		byID[b.ID] = i
+		byKey[bodyKey{b.ID, b.Topic}] = i
 	}
 	out = make([]Browsed, 0, len(rows))
 	for _, r := range rows {
-		i, ok := byID[r.MessageID]
+		i, ok := byKey[bodyKey{r.MessageID, r.Topic}]
 		if !ok {
 			continue
 		}
@@ -311,7 +317,7 @@ func readDeliveries(tx *gorm.DB, q, group string, after int64, limit int) (out [
 		if json.Unmarshal([]byte(bodies[i].Metadata), &msg.Metadata) != nil {
 			continue
 		}
-		out = append(out, Browsed{Delivery: r.ID, Attempts: r.Attempts, Message: msg})
+		out = append(out, Browsed{Delivery: r.ID, Topic: r.Topic, Attempts: r.Attempts, Message: msg})
 	}
 	return out, len(rows), rows[len(rows)-1].ID, nil
 }

@@ -20,8 +20,8 @@ const UnroutableGroup = "bento.unroutable"
 // statements is the SQL of one dialect.
 type statements struct {
 	// claim leases up to @limit ready deliveries of @group, lowest id
-	// first, with @token for @ms milliseconds; it returns id, message_id
-	// and attempts.
+	// first, with @token for @ms milliseconds; it returns id, message_id,
+	// topic and attempts.
 	claim string
 	// rescue makes up to @limit expired leases of @group ready again,
 	// counting an attempt (the holder crashed or stalled).
@@ -32,7 +32,8 @@ type statements struct {
 	lockBodies string
 	// browse reads up to @limit ready deliveries of @group after id
 	// @after, lowest id first, and on PostgreSQL locks them, waiting for a
-	// lock another browse holds (see [Browse]): id, message_id, attempts.
+	// lock another browse holds (see [Browse]): id, message_id, topic,
+	// attempts.
 	browse string
 	// own makes @owner the owner of @queue for @ms milliseconds, when the
 	// queue has no owner, its owner's lease has lapsed or @owner owns it
@@ -55,7 +56,7 @@ UPDATE dbbus_deliveries AS d
 SET lease_token = @token, leased_until = now() + @ms * interval '1 millisecond'
 FROM ready
 WHERE d.id = ready.id
-RETURNING d.id, d.message_id, d.attempts`,
+RETURNING d.id, d.message_id, d.topic, d.attempts`,
 	rescue: `UPDATE dbbus_deliveries
 SET lease_token = NULL, leased_until = NULL, attempts = attempts + 1
 WHERE id IN (
@@ -88,7 +89,7 @@ WHERE id IN (
 	ORDER BY id
 	LIMIT @limit
 )
-RETURNING id, message_id, attempts`,
+RETURNING id, message_id, topic, attempts`,
 	browse: peekDeliveries,
 	rescue: `UPDATE dbbus_deliveries
 SET lease_token = NULL, leased_until = NULL, attempts = attempts + 1
@@ -118,27 +119,29 @@ func statementsFor(d dialect.Dialect) *statements {
 const (
 	// peekDeliveries reads up to @limit ready deliveries of @group after
 	// id @after, lowest id first, through dbbus_deliveries_ready, without
-	// locking them: id, message_id, attempts.
-	peekDeliveries = `SELECT id, message_id, attempts FROM dbbus_deliveries
+	// locking them: id, message_id, topic, attempts.
+	peekDeliveries = `SELECT id, message_id, topic, attempts FROM dbbus_deliveries
 WHERE group_name = @group AND lease_token IS NULL AND id > @after
 ORDER BY id
 LIMIT @limit`
-	// readBodies reads the bodies of the message ids given.
-	readBodies = `SELECT id, metadata, payload FROM dbbus_messages WHERE id IN ?`
+	// readBodies reads the bodies of the message ids given, on every
+	// topic: a delivery's is the one of its topic.
+	readBodies = `SELECT id, topic, metadata, payload FROM dbbus_messages WHERE id IN ?`
 	// deleteReady removes a ready delivery (one a browse holds).
 	deleteReady = `DELETE FROM dbbus_deliveries WHERE id = ? AND lease_token IS NULL`
 	// insertDelivery gives a group a new ready delivery of a message, at
 	// the end of its queue.
-	insertDelivery = `INSERT INTO dbbus_deliveries (group_name, message_id) VALUES (?, ?)`
-	// setMetadata rewrites a message's metadata (JSON).
-	setMetadata = `UPDATE dbbus_messages SET metadata = ? WHERE id = ?`
+	insertDelivery = `INSERT INTO dbbus_deliveries (group_name, message_id, topic) VALUES (?, ?, ?)`
+	// setMetadata rewrites the metadata (JSON) of a message on a topic.
+	setMetadata = `UPDATE dbbus_messages SET metadata = ? WHERE id = ? AND topic = ?`
 	// deleteDeliveries is the fenced ack: only the lease holder's token
 	// matches. It returns the ids deleted.
 	deleteDeliveries = `DELETE FROM dbbus_deliveries WHERE id IN ? AND lease_token = ? RETURNING id`
 	// deleteBodies removes the bodies, of the message ids given, that no
 	// delivery references any more.
 	deleteBodies = `DELETE FROM dbbus_messages WHERE id IN ?
-AND NOT EXISTS (SELECT 1 FROM dbbus_deliveries AS d WHERE d.message_id = dbbus_messages.id)`
+AND NOT EXISTS (SELECT 1 FROM dbbus_deliveries AS d
+	WHERE d.message_id = dbbus_messages.id AND d.topic = dbbus_messages.topic)`
 	// nackDelivery makes a delivery ready again at once, counting a failed
 	// attempt.
 	nackDelivery = `UPDATE dbbus_deliveries
