@@ -76,20 +76,14 @@ type applied struct {
 	first chan struct{} // closed at the first call
 }
 
-// runConsumer runs a consumer of the group on the bus whose handler
-// applies every order.placed, and returns what it applies.
+// runConsumer runs a consumer of the group (consumer.NewDatabase, with
+// its default partitions) whose handler applies every order.placed, and
+// returns what it applies.
 func (e *dbDead) runConsumer(t *testing.T) *applied {
 	t.Helper()
 	cfg := consumer.DefaultConfig(e.group)
-	// Without partitions: the database bus has none yet.
-	cfg.Logger, cfg.Registerer, cfg.DisableHoldBack, cfg.Partitions = quiet, prometheus.NewRegistry(), true, -1
-	newSub := func(patterns []string) (message.Subscriber, error) {
-		if err := dbbus.DeclareGroup(context.Background(), e.db, e.group, patterns...); err != nil {
-			return nil, err
-		}
-		return e.bus.Subscriber(), nil
-	}
-	c, err := consumer.New(e.db, newSub, e.bus, consumer.DeadLetterTopic(e.group), cfg)
+	cfg.Logger, cfg.Registerer, cfg.DisableHoldBack = quiet, prometheus.NewRegistry(), true
+	c, err := consumer.NewDatabase(e.db, e.bus, cfg)
 	require.NoError(t, err)
 	a := &applied{calls: map[string]int{}, first: make(chan struct{})}
 	require.NoError(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, ev OrderPlaced, env *messaging.Envelope) error {
