@@ -97,6 +97,7 @@
 // Dead letters by the bus itself (attempts are counted, and the consumer
 // runtime dead-letters on its own, but the bus has no delivery limit),
 // leader-only maintenance, and the wiring into the embedded default, the
-// examples, the web console and the bento command are not part of this
-// package yet.
+// examples, the web console and the bento command (but for consumer
+// groups' dead letters, which both handle through [Browse] and [Peek])
+// are not part of this package yet.
 package dbbus
