@@ -370,50 +370,65 @@ func TestBrowserReadOnlyHasNoButtons(t *testing.T) {
 }
 
 // TestBrowserConsumerDeadLetters: a consumer group's handler fails for good
-// on two events, which land in its dead letters. In Chromium the operator
+// on two events, which land in its dead letters, on RabbitMQ and on the
+// database bus. In Chromium the operator
 // finds the group and its dead letters with their cause, opens one (its
 // error shown, its payload hidden), replays it after the fix, and it is
 // applied exactly once; the other is discarded after ticking the
 // confirmation, and is never applied.
 func TestBrowserConsumerDeadLetters(t *testing.T) {
 	t.Parallel()
-	db, _ := testenv.Postgres(t)
-	ctx := context.Background()
-	f := deadfixture.Start(t, db, testenv.NewExchange(t), "ui")
-	group, ids, amqpCfg := f.Group, f.IDs, f.AMQP
-	require.Eventually(t, func() bool {
-		dead, err := consumer.ListDeadLetters(ctx, amqpCfg, group, consumer.DeadFilter{}, 10)
-		return err == nil && len(dead) == 2
-	}, 30*time.Second, 100*time.Millisecond)
+	for _, bus := range []string{"rabbitmq", "database"} {
+		t.Run(bus, func(t *testing.T) {
+			t.Parallel()
+			db, _ := testenv.Postgres(t)
+			ctx := context.Background()
+			var f *deadfixture.Fixture
+			consumers := &console.Consumers{}
+			if bus == "rabbitmq" {
+				f = deadfixture.Start(t, db, testenv.NewExchange(t), "ui")
+				consumers.AMQP = f.AMQP
+			} else {
+				f = deadfixture.StartDatabase(t, db, "ui")
+				consumers.DeadLetters = f.Dead
+			}
+			group, ids := f.Group, f.IDs
+			consumers.Groups = []string{group}
+			require.Eventually(t, func() bool {
+				dead, err := f.Dead.List(ctx, group, consumer.DeadFilter{}, 10)
+				return err == nil && len(dead) == 2
+			}, 30*time.Second, 100*time.Millisecond)
 
-	e := setup(t, db, &console.Config{Consumers: &console.Consumers{AMQP: amqpCfg, Groups: []string{group}}})
-	tab := browser(t)
-	step(t, tab, "open the consumer groups", chromedp.Navigate(e.url("/consumers")), chromedp.WaitVisible(chromedp.ID("consumer-groups")))
-	assert.Equal(t, "2", eval[string](t, tab, fmt.Sprintf(`document.querySelector('tr[data-group=%q] td.num').textContent`, group)))
-	step(t, tab, "open the group", chromedp.Click(chromedp.CSS(fmt.Sprintf(`tr[data-group=%q] a`, group))),
-		chromedp.WaitVisible(chromedp.ID("group-dead-letters")))
-	assert.Equal(t, "permanent", eval[string](t, tab, fmt.Sprintf(`document.querySelector('tr[data-id=%q] td[data-field=cause]').textContent`, ids[0])))
-	step(t, tab, "open the first dead letter", chromedp.Click(chromedp.CSS(fmt.Sprintf(`tr[data-id=%q] a`, ids[0]))),
-		chromedp.WaitVisible(chromedp.ID("message-id")))
-	assert.Contains(t, text(t, tab, "dead-error"), "unknown sku kiwi")
-	assert.Contains(t, text(t, tab, "payload-hidden"), "hidden")
-	assert.NotContains(t, eval[string](t, tab, `document.body.innerText`), `"sku"`, "no payload on the page")
+			e := setup(t, db, &console.Config{Consumers: consumers})
+			tab := browser(t)
+			step(t, tab, "open the consumer groups", chromedp.Navigate(e.url("/consumers")), chromedp.WaitVisible(chromedp.ID("consumer-groups")))
+			assert.Equal(t, "2", eval[string](t, tab, fmt.Sprintf(`document.querySelector('tr[data-group=%q] td.num').textContent`, group)))
+			step(t, tab, "open the group", chromedp.Click(chromedp.CSS(fmt.Sprintf(`tr[data-group=%q] a`, group))),
+				chromedp.WaitVisible(chromedp.ID("group-dead-letters")))
+			assert.Equal(t, "permanent", eval[string](t, tab, fmt.Sprintf(`document.querySelector('tr[data-id=%q] td[data-field=cause]').textContent`, ids[0])))
+			step(t, tab, "open the first dead letter", chromedp.Click(chromedp.CSS(fmt.Sprintf(`tr[data-id=%q] a`, ids[0]))),
+				chromedp.WaitVisible(chromedp.ID("message-id")))
+			assert.Contains(t, text(t, tab, "dead-error"), "unknown sku kiwi")
+			assert.Contains(t, text(t, tab, "payload-hidden"), "hidden")
+			assert.NotContains(t, eval[string](t, tab, `document.body.innerText`), `"sku"`, "no payload on the page")
 
-	f.Fix()
-	step(t, tab, "replay it", chromedp.Click(chromedp.CSS(`button[data-action="replay"]`)), chromedp.WaitVisible(chromedp.ID("flash")))
-	assert.Contains(t, text(t, tab, "flash"), "Replayed 1")
-	countApplied := func() int64 { return f.Applied(t) }
-	require.Eventually(t, func() bool { return countApplied() == 1 }, 20*time.Second, 50*time.Millisecond, "the replay applied")
+			f.Fix()
+			step(t, tab, "replay it", chromedp.Click(chromedp.CSS(`button[data-action="replay"]`)), chromedp.WaitVisible(chromedp.ID("flash")))
+			assert.Contains(t, text(t, tab, "flash"), "Replayed 1")
+			countApplied := func() int64 { return f.Applied(t) }
+			require.Eventually(t, func() bool { return countApplied() == 1 }, 20*time.Second, 50*time.Millisecond, "the replay applied")
 
-	step(t, tab, "open the other", chromedp.Click(chromedp.CSS(fmt.Sprintf(`tr[data-id=%q] a`, ids[1]))),
-		chromedp.WaitVisible(chromedp.ID("message-id")))
-	step(t, tab, "discard it after confirming", chromedp.Click(chromedp.CSS(`#discard input[name="confirm"]`)),
-		chromedp.Click(chromedp.CSS(`button[data-action="discard"]`)), chromedp.WaitVisible(chromedp.ID("flash")))
-	assert.Contains(t, text(t, tab, "flash"), "Discarded 1")
-	assert.Equal(t, "0", text(t, tab, "group-dead-total"))
-	left, err := consumer.ListDeadLetters(ctx, amqpCfg, group, consumer.DeadFilter{}, 10)
-	require.NoError(t, err)
-	assert.Empty(t, left)
-	time.Sleep(300 * time.Millisecond)
-	assert.Equal(t, int64(1), countApplied(), "applied once; the discarded one never")
+			step(t, tab, "open the other", chromedp.Click(chromedp.CSS(fmt.Sprintf(`tr[data-id=%q] a`, ids[1]))),
+				chromedp.WaitVisible(chromedp.ID("message-id")))
+			step(t, tab, "discard it after confirming", chromedp.Click(chromedp.CSS(`#discard input[name="confirm"]`)),
+				chromedp.Click(chromedp.CSS(`button[data-action="discard"]`)), chromedp.WaitVisible(chromedp.ID("flash")))
+			assert.Contains(t, text(t, tab, "flash"), "Discarded 1")
+			assert.Equal(t, "0", text(t, tab, "group-dead-total"))
+			left, err := f.Dead.List(ctx, group, consumer.DeadFilter{}, 10)
+			require.NoError(t, err)
+			assert.Empty(t, left)
+			time.Sleep(300 * time.Millisecond)
+			assert.Equal(t, int64(1), countApplied(), "applied once; the discarded one never")
+		})
+	}
 }

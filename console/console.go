@@ -88,7 +88,7 @@ type Config struct {
 	// a console bound to a loopback address and reached on it.
 	ExcludeLoopback bool
 	// Consumers, when set, adds pages for the dead letters of consumer
-	// groups on RabbitMQ, with Replay and Discard, for the events they
+	// groups on RabbitMQ or the database bus, with Replay and Discard, for the events they
 	// parked behind a dead letter or a version gap, with Release, and for
 	// their members and partitions. Defaults to none.
 	Consumers *Consumers
@@ -153,8 +153,8 @@ func (c *Config) withDefaults() (Config, error) {
 	if out.Logger == nil {
 		out.Logger = slog.Default()
 	}
-	if cs := out.Consumers; cs != nil && (cs.AMQP == nil || len(cs.Groups) == 0) {
-		errs = append(errs, errors.New("Consumers: AMQP and Groups are required"))
+	if cs := out.Consumers; cs != nil && ((cs.AMQP == nil && cs.DeadLetters == nil) || len(cs.Groups) == 0) {
+		errs = append(errs, errors.New("Consumers: Groups, and AMQP or DeadLetters, are required"))
 	}
 	if out.ExcludeLoopback && len(out.AllowedHosts) == 0 {
 		errs = append(errs, errors.New("ExcludeLoopback: set without AllowedHosts, the console would answer to no host"))

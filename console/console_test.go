@@ -17,6 +17,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/console"
+	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
@@ -537,6 +538,10 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	_, err = console.New(store, &console.Config{Consumers: &console.Consumers{}})
 	require.ErrorIs(t, err, console.ErrInvalidConfig, "Consumers without AMQP and Groups")
 	assert.Contains(t, err.Error(), "Consumers:")
+	_, err = console.New(store, &console.Config{Consumers: &console.Consumers{DeadLetters: consumer.DatabaseDeadLetters(db)}})
+	require.ErrorIs(t, err, console.ErrInvalidConfig, "Consumers on the database bus without Groups")
+	_, err = console.New(store, &console.Config{Consumers: &console.Consumers{DeadLetters: consumer.DatabaseDeadLetters(db), Groups: []string{"g"}}})
+	require.NoError(t, err, "Consumers on the database bus need no AMQP")
 	_, err = console.New(nil, nil)
 	assert.Error(t, err)
 

@@ -15,14 +15,20 @@ import (
 )
 
 // Consumers lets the console show and act on consumer groups' dead letters
-// (package consumer), kept in RabbitMQ queues "<group>.dead", and on the
-// events they parked behind a dead letter or a version gap, and shows
-// their members.
+// (package consumer), kept in the queues "<group>.dead" of RabbitMQ or of
+// the database bus, and on the events they parked behind a dead letter or
+// a version gap, and shows their members.
 type Consumers struct {
 	// AMQP is the broker, and the event exchange the groups are bound to:
-	// a replay goes to the replayed group's own queues on it. It has no
-	// default: it is required.
+	// a replay goes to the replayed group's own queues on it. It is
+	// required unless DeadLetters is set.
 	AMQP *rabbitmq.Config
+	// DeadLetters is where the groups' dead letters are: set it to
+	// consumer.DatabaseDeadLetters(db) for groups on the database bus
+	// (package dbbus), whose replays move each dead letter back to its
+	// group in one transaction. Defaults to
+	// consumer.RabbitMQDeadLetters(AMQP).
+	DeadLetters *consumer.DeadLetters
 	// Groups are the consumer groups to show. It has no default: at least
 	// one is required.
 	Groups []string

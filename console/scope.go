@@ -87,16 +87,25 @@ func (s scope) deadFilter(f consumer.DeadFilter) consumer.DeadFilter {
 	return f
 }
 
+// deadLetters returns the bus the groups' dead letters are on:
+// Consumers.DeadLetters, or RabbitMQ.
+func (s scope) deadLetters() *consumer.DeadLetters {
+	if s.consumers.DeadLetters != nil {
+		return s.consumers.DeadLetters
+	}
+	return consumer.RabbitMQDeadLetters(s.consumers.AMQP)
+}
+
 func (s scope) groupDead(ctx context.Context, group string, f consumer.DeadFilter, limit int) ([]consumer.DeadLetter, error) {
-	return consumer.ListDeadLetters(ctx, s.consumers.AMQP, group, s.deadFilter(f), limit)
+	return s.deadLetters().List(ctx, group, s.deadFilter(f), limit)
 }
 
 func (s scope) replayGroupDead(ctx context.Context, group string, f consumer.DeadFilter) ([]consumer.DeadLetter, error) {
-	return consumer.ReplayDeadLetters(ctx, s.consumers.AMQP, group, s.deadFilter(f))
+	return s.deadLetters().Replay(ctx, group, s.deadFilter(f))
 }
 
 func (s scope) discardGroupDead(ctx context.Context, group string, f consumer.DeadFilter) ([]consumer.DeadLetter, error) {
-	return consumer.DiscardDeadLetters(ctx, s.consumers.AMQP, group, s.deadFilter(f))
+	return s.deadLetters().Discard(ctx, group, s.deadFilter(f))
 }
 
 // parkedFilter returns f narrowed to the scope's tenant.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/rabbitmq"
@@ -117,76 +118,160 @@ func DeadLetterExchange(exchange string) string { return exchange + ".dead" }
 // deadLimit bounds how many dead letters one call looks at.
 const deadLimit = 100_000
 
-// ListDeadLetters returns up to limit dead letters of group that f
-// selects, on the RabbitMQ broker of cfg, oldest first, leaving them in
-// the queue. It waits while another list, replay or discard of the group's
-// dead letters runs, in this process or another (see rabbitmq.BrowseQueue),
-// until ctx ends, so that none of them misses a dead letter the other
-// holds.
-//
-// Errors: messaging.ErrQueueNotFound, ctx's error, or the broker's.
-func ListDeadLetters(ctx context.Context, cfg *rabbitmq.Config, group string, f DeadFilter, limit int) ([]DeadLetter, error) {
-	return collectDead(ctx, cfg, group, f, limit, nil)
+// DeadLetters lists, replays and discards consumer groups' dead letters,
+// in the queue DeadLetterQueue(group) of one bus: RabbitMQ
+// ([RabbitMQDeadLetters]) or the database bus ([DatabaseDeadLetters]). The
+// filters, the dead letters returned and what a replay sends are the same
+// on both. It is safe for concurrent use, and concurrent calls on one
+// group, in this process or others, neither miss a dead letter nor handle
+// one twice. Get one from RabbitMQDeadLetters or DatabaseDeadLetters; the
+// zero value is not usable.
+type DeadLetters struct {
+	q deadQueue
 }
 
-// collectDead browses the dead letters of group and returns, oldest first,
-// up to limit of those f selects. act, when not nil, is called on each of
-// them and says what becomes of its message; one it fails for is not
-// returned, and its error ends the browse.
-func collectDead(ctx context.Context, cfg *rabbitmq.Config, group string, f DeadFilter, limit int,
-	act func(d DeadLetter, msg *message.Message) (rabbitmq.Browse, error),
-) ([]DeadLetter, error) {
+// RabbitMQDeadLetters returns the DeadLetters of the groups on the
+// RabbitMQ broker of cfg, whose Exchange is the groups' event exchange. A
+// call waits while another list, replay or discard of the group's dead
+// letters runs, in this process or another (see rabbitmq.BrowseQueue),
+// until its context ends.
+func RabbitMQDeadLetters(cfg *rabbitmq.Config) *DeadLetters {
+	return &DeadLetters{q: rabbitDead{cfg: cfg}}
+}
+
+// DatabaseDeadLetters returns the DeadLetters of the groups on the
+// database bus (package dbbus) in db, where a group's dead-letter queue is
+// the bus group DeadLetterQueue(group), bound to DeadLetterTopic(group).
+// A replay or discard handles up to 100 dead letters per transaction and
+// locks their rows, waiting for those another replay or discard holds
+// (see dbbus.Browse); a list takes no lock. A replay moves each dead
+// letter to the group in the transaction that takes it out of the
+// dead-letter queue: it is never lost and never sent twice, and a replay
+// whose context ends keeps what its committed transactions did and leaves
+// the rest in the queue.
+func DatabaseDeadLetters(db *gorm.DB) *DeadLetters {
+	return &DeadLetters{q: databaseDead{db: db}}
+}
+
+// deadVerb is what a call does with the dead letters it selects.
+type deadVerb int
+
+const (
+	deadList    deadVerb = iota // leave them
+	deadReplay                  // send them back to the group
+	deadDiscard                 // remove them
+)
+
+// deadQueue is the dead-letter queues of one bus.
+type deadQueue interface {
+	// browse calls pick on up to deadLimit dead letters of group, oldest
+	// first, until pick says stop. Those pick takes it leaves (deadList),
+	// removes (deadDiscard) or sends back to group alone with the
+	// metadata pick left on them, removing them from the dead-letter
+	// queue (deadReplay). It returns how many of those pick took it did
+	// this with: the first n, also with an error.
+	browse(ctx context.Context, group string, verb deadVerb, pick func(*message.Message) (take, stop bool)) (int, error)
+}
+
+// List returns up to limit dead letters of group that f selects, oldest
+// first, leaving them in the queue.
+//
+// Errors: messaging.ErrQueueNotFound (no dead-letter queue),
+// ErrInvalidConfig (DatabaseDeadLetters of a nil db), ctx's error, or the
+// bus's.
+func (d *DeadLetters) List(ctx context.Context, group string, f DeadFilter, limit int) ([]DeadLetter, error) {
+	return d.collect(ctx, group, f, limit, deadList)
+}
+
+// Replay puts the dead letters of group that f selects back into the
+// group's processing, and into no other group's, in their order: each is
+// sent again with its id and its headers, without the dead-letter headers
+// and the broker's (x-death, x-delivery-count, ...) and with MetaReplays
+// counted up, to the group alone, and leaves the dead-letter queue. A
+// partitioned group receives it in the partition its partition key
+// chooses (the one it came from, unless the partition count changed); a
+// group without partitions receives it in its queue. Other groups bound
+// to its event type never receive it. The inbox still skips one the group
+// applied meanwhile. It returns the dead letters it replayed, also with an
+// error (those replayed before it).
+//
+// On RabbitMQ each is published to the group's route
+// (rabbitmq.GroupRoute) and removed once the broker confirmed it; on the
+// database bus each moves to the group in one transaction.
+//
+// Errors: messaging.ErrQueueNotFound (no dead-letter queue, or no group to
+// replay to), ErrInvalidConfig, ctx's error, or the bus's.
+func (d *DeadLetters) Replay(ctx context.Context, group string, f DeadFilter) ([]DeadLetter, error) {
+	return d.collect(ctx, group, f, deadLimit, deadReplay)
+}
+
+// Discard removes the dead letters of group that f selects and returns
+// them, also with an error (those removed before it). With the group's
+// hold-back, release the aggregate of a discarded dead letter d
+// (Consumer.Release, naming d.Aggregate() and d.MessageID) so its parked
+// events go on.
+//
+// Errors: messaging.ErrQueueNotFound, ErrInvalidConfig, ctx's error, or
+// the bus's.
+func (d *DeadLetters) Discard(ctx context.Context, group string, f DeadFilter) ([]DeadLetter, error) {
+	return d.collect(ctx, group, f, deadLimit, deadDiscard)
+}
+
+// collect browses the dead letters of group and does verb with up to
+// limit of those f selects, oldest first; it returns those done.
+func (d *DeadLetters) collect(ctx context.Context, group string, f DeadFilter, limit int, verb deadVerb) ([]DeadLetter, error) {
 	var out []DeadLetter
 	now := time.Now()
-	err := rabbitmq.BrowseQueue(ctx, cfg, DeadLetterQueue(group), deadLimit, func(msg *message.Message) (rabbitmq.Browse, error) {
-		d := deadLetterOf(msg)
-		if len(out) >= limit || !f.match(d, now) {
-			return rabbitmq.Browse{}, nil
+	n, err := d.q.browse(ctx, group, verb, func(msg *message.Message) (take, stop bool) {
+		if len(out) >= limit {
+			return false, true
 		}
-		var b rabbitmq.Browse
-		if act != nil {
-			var err error
-			if b, err = act(d, msg); err != nil {
-				return b, err
-			}
+		dl := deadLetterOf(msg)
+		if !f.match(dl, now) {
+			return false, false
 		}
-		out = append(out, d)
-		return b, nil
+		if verb == deadReplay {
+			prepareReplay(msg, dl)
+		}
+		out = append(out, dl)
+		return true, len(out) >= limit
 	})
-	return out, err
+	return out[:n], err
 }
 
-// ReplayDeadLetters puts the dead letters of group that f selects back
-// into the group's processing, and into no other group's, in their order:
-// each is published again with its id and its headers, without the
-// dead-letter headers and the broker's (x-death, x-delivery-count, ...)
-// and with MetaReplays counted up, to the group's own route
-// (rabbitmq.GroupRoute), then removed from the dead-letter queue once the
-// broker confirmed it. A partitioned group receives it through its
-// partitions' exchange, in the partition its partition key chooses (the
-// one it came from, unless the partition count changed); a group without
-// partitions receives it in its queue. Other groups bound to its event
-// type never receive it. The inbox still skips one the group applied
-// meanwhile. It returns the dead letters it replayed. It waits while
-// another list, replay or discard of the group's dead letters runs, in
-// this process or another (see rabbitmq.BrowseQueue), until ctx ends.
-//
-// Errors: messaging.ErrQueueNotFound (no dead-letter queue, or a group
-// with neither partitions nor a queue), ctx's error, or the broker's.
-func ReplayDeadLetters(ctx context.Context, cfg *rabbitmq.Config, group string, f DeadFilter) ([]DeadLetter, error) {
-	route, err := rabbitmq.GroupRoute(ctx, cfg, group)
-	if err != nil {
-		return nil, err
-	}
-	return collectDead(ctx, cfg, group, f, deadLimit, func(d DeadLetter, msg *message.Message) (rabbitmq.Browse, error) {
-		for k := range msg.Metadata {
-			if deadHeader(k) {
-				delete(msg.Metadata, k)
-			}
+// prepareReplay strips msg, the dead letter d, of the headers that say how
+// it died or was delivered, and counts the replay.
+func prepareReplay(msg *message.Message, d DeadLetter) {
+	for k := range msg.Metadata {
+		if deadHeader(k) {
+			delete(msg.Metadata, k)
 		}
-		msg.Metadata.Set(MetaReplays, strconv.Itoa(d.Replays+1))
-		return rabbitmq.Browse{Republish: &route, Remove: true}, nil
-	})
+	}
+	msg.Metadata.Set(MetaReplays, strconv.Itoa(d.Replays+1))
+}
+
+// ListDeadLetters is RabbitMQDeadLetters(cfg).List: up to limit dead
+// letters of group that f selects, on the RabbitMQ broker of cfg.
+//
+// Errors: as DeadLetters.List.
+func ListDeadLetters(ctx context.Context, cfg *rabbitmq.Config, group string, f DeadFilter, limit int) ([]DeadLetter, error) {
+	return RabbitMQDeadLetters(cfg).List(ctx, group, f, limit)
+}
+
+// ReplayDeadLetters is RabbitMQDeadLetters(cfg).Replay: it replays the
+// dead letters of group that f selects, on the RabbitMQ broker of cfg.
+//
+// Errors: as DeadLetters.Replay.
+func ReplayDeadLetters(ctx context.Context, cfg *rabbitmq.Config, group string, f DeadFilter) ([]DeadLetter, error) {
+	return RabbitMQDeadLetters(cfg).Replay(ctx, group, f)
+}
+
+// DiscardDeadLetters is RabbitMQDeadLetters(cfg).Discard: it removes the
+// dead letters of group that f selects, on the RabbitMQ broker of cfg.
+//
+// Errors: as DeadLetters.Discard.
+func DiscardDeadLetters(ctx context.Context, cfg *rabbitmq.Config, group string, f DeadFilter) ([]DeadLetter, error) {
+	return RabbitMQDeadLetters(cfg).Discard(ctx, group, f)
 }
 
 // deadHeader reports whether the header k says how a message died or was
@@ -200,18 +285,4 @@ func deadHeader(k string) bool {
 		return true
 	}
 	return strings.HasPrefix(k, "x-first-death-") || strings.HasPrefix(k, "x-last-death-")
-}
-
-// DiscardDeadLetters removes the dead letters of group that f selects and
-// returns them. With the group's hold-back, release the aggregate of a
-// discarded dead letter d (Consumer.Release, naming d.Aggregate() and
-// d.MessageID) so its parked events go on. It waits while another list,
-// replay or discard of the group's dead letters runs, in this process or
-// another (see rabbitmq.BrowseQueue), until ctx ends.
-//
-// Errors: messaging.ErrQueueNotFound, ctx's error, or the broker's.
-func DiscardDeadLetters(ctx context.Context, cfg *rabbitmq.Config, group string, f DeadFilter) ([]DeadLetter, error) {
-	return collectDead(ctx, cfg, group, f, deadLimit, func(DeadLetter, *message.Message) (rabbitmq.Browse, error) {
-		return rabbitmq.Browse{Remove: true}, nil
-	})
 }

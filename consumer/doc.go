@@ -38,6 +38,12 @@
 // once. A consumer that stops leaves the messages in flight to be
 // redelivered, never dead-lettered.
 //
+// Operators list, replay and discard a group's dead letters with
+// [DeadLetters] ([RabbitMQDeadLetters], [DatabaseDeadLetters]), the same
+// on both buses: a replay sends a dead letter back to its group alone,
+// without its dead-letter headers and with its replays counted
+// ([MetaReplays]).
+//
 // In a partitioned group with hold-back (the default; see
 // [Config].DisableHoldBack), a dead letter holds its aggregate back: the
 // aggregate's later events are parked in the database (the inbox_parked

@@ -311,3 +311,33 @@ func eventMsg(t *testing.T, topic string, version int, payload any, meta map[str
 	require.NoError(t, err)
 	return m
 }
+
+// deadOps returns the dead-letter operations of the harness's bus: nil on
+// the in-memory bus, which has none.
+func (h *harness) deadOps() *consumer.DeadLetters {
+	switch {
+	case h.amqp != nil:
+		return consumer.RabbitMQDeadLetters(h.amqp)
+	case h.dbus != nil:
+		return consumer.DatabaseDeadLetters(h.db)
+	}
+	return nil
+}
+
+// deadHarnesses returns the harnesses whose dead letters operators handle
+// (consumer.DeadLetters): RabbitMQ and the database bus.
+func deadHarnesses() map[string]func(t *testing.T) *harness {
+	out := harnesses()
+	delete(out, "memory+sqlite")
+	return out
+}
+
+// forEachDeadHarness runs fn on each of deadHarnesses, in parallel.
+func forEachDeadHarness(t *testing.T, fn func(t *testing.T, h *harness)) {
+	for name, mk := range deadHarnesses() {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			fn(t, mk(t))
+		})
+	}
+}

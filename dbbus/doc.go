@@ -90,11 +90,25 @@
 // for a mutex in the process rather than in SQLite's busy handler, so that
 // competing subscriptions share a group's messages.
 //
+// # Browsing a queue
+//
+// [Browse] is how an operator handles a queue nobody consumes, such as a
+// consumer group's dead-letter queue: it shows a group's ready deliveries,
+// oldest first, and removes the ones its function chooses, or moves them
+// to another group ([BrowseAction.MoveTo]; a partitioned group's
+// partition queue by the message's partition key) with new metadata, each
+// move in one transaction (exactly once: never lost, never duplicated).
+// Concurrent browses of one group lock its rows in id order and wait for
+// each other's, so none misses a delivery or acts twice on one; a browse
+// whose context ends rolls back the transaction under way and leaves its
+// deliveries in place. [Peek] shows them without locking anything.
+//
 // # Not yet
 //
 // Dead letters by the bus itself (attempts are counted, and the consumer
 // runtime dead-letters on its own, but the bus has no delivery limit),
 // leader-only maintenance, and the wiring into the embedded default, the
-// examples, the web console and the bento command are not part of this
-// package yet.
+// examples, the web console and the bento command (but for consumer
+// groups' dead letters, which both handle through [Browse] and [Peek])
+// are not part of this package yet.
 package dbbus

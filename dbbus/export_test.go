@@ -1,10 +1,11 @@
 package dbbus
 
-// PostgresClaimSQL and PostgresRescueSQL are the claim and rescue
-// statements on PostgreSQL, for the plan tests.
+// PostgresClaimSQL, PostgresRescueSQL and PostgresBrowseSQL are the
+// claim, rescue and browse statements on PostgreSQL, for the plan tests.
 var (
 	PostgresClaimSQL  = pgStatements.claim
 	PostgresRescueSQL = pgStatements.rescue
+	PostgresBrowseSQL = pgStatements.browse
 )
 
 // TakeOverSQL is the statement a new owner of a queue runs, for the plan

@@ -14,8 +14,9 @@ import (
 )
 
 // Plans that cannot flip: the claim must read a group's ready rows through
-// dbbus_deliveries_ready, and the rescue and a queue's take-over its leased
-// rows through dbbus_deliveries_leased, whatever the planner's statistics say (never
+// dbbus_deliveries_ready, the rescue and a queue's take-over its leased
+// rows through dbbus_deliveries_leased, and a browse its ready rows
+// through dbbus_deliveries_ready, whatever the planner's statistics say (never
 // analyzed, or analyzed on a table where nearly every row is another
 // group's, leased or dead), never by a sequential scan of the table.
 
@@ -100,6 +101,12 @@ func TestPostgresClaimPlans(t *testing.T) {
 			assertIndexed(t, "the claim", claim, "dbbus_deliveries_ready")
 			rescue := explainPlan(t, db, dbbus.PostgresRescueSQL, map[string]any{"group": "billing", "limit": 1000})
 			assertIndexed(t, "the rescue", rescue, "dbbus_deliveries_leased")
+			// An operator's browse of a dead-letter queue, from the start and
+			// from a later batch.
+			for _, after := range []int64{0, 10000} {
+				browse := explainPlan(t, db, dbbus.PostgresBrowseSQL, map[string]any{"group": "billing", "after": after, "limit": 100})
+				assertIndexed(t, "the browse", browse, "dbbus_deliveries_ready")
+			}
 			takeOver := explainPlan(t, db, dbbus.TakeOverSQL, map[string]any{"queue": "billing", "owner": "new"})
 			assertIndexed(t, "the take-over of a queue", takeOver, "dbbus_deliveries_leased")
 		})

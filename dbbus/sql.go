@@ -30,6 +30,11 @@ type statements struct {
 	// order, to serialise the acks of one message's deliveries (empty: the
 	// database serialises writers anyway).
 	lockBodies string
+	// browse reads up to @limit ready deliveries of @group after id
+	// @after, lowest id first, and on PostgreSQL locks them, waiting for a
+	// lock another browse holds (see [Browse]): id, message_id, topic,
+	// attempts.
+	browse string
 	// own makes @owner the owner of @queue for @ms milliseconds, when the
 	// queue has no owner, its owner's lease has lapsed or @owner owns it
 	// already (a renewal); it returns the owner when it did.
@@ -62,6 +67,7 @@ WHERE id IN (
 	FOR UPDATE SKIP LOCKED
 ) AND lease_token IS NOT NULL AND leased_until < now()`,
 	lockBodies: `SELECT id FROM dbbus_messages WHERE id IN ? ORDER BY id FOR UPDATE`,
+	browse:     peekDeliveries + "\nFOR UPDATE",
 	own: `INSERT INTO dbbus_queue_owners (queue, owner, leased_until)
 VALUES (@queue, @owner, now() + @ms * interval '1 millisecond')
 ON CONFLICT (queue) DO UPDATE SET owner = excluded.owner, leased_until = excluded.leased_until
@@ -84,6 +90,7 @@ WHERE id IN (
 	LIMIT @limit
 )
 RETURNING id, message_id, topic, attempts`,
+	browse: peekDeliveries,
 	rescue: `UPDATE dbbus_deliveries
 SET lease_token = NULL, leased_until = NULL, attempts = attempts + 1
 WHERE id IN (
@@ -110,6 +117,23 @@ func statementsFor(d dialect.Dialect) *statements {
 
 // Statements shared by both dialects.
 const (
+	// peekDeliveries reads up to @limit ready deliveries of @group after
+	// id @after, lowest id first, through dbbus_deliveries_ready, without
+	// locking them: id, message_id, topic, attempts.
+	peekDeliveries = `SELECT id, message_id, topic, attempts FROM dbbus_deliveries
+WHERE group_name = @group AND lease_token IS NULL AND id > @after
+ORDER BY id
+LIMIT @limit`
+	// readBodies reads the bodies of the message ids given, on every
+	// topic: a delivery's is the one of its topic.
+	readBodies = `SELECT id, topic, metadata, payload FROM dbbus_messages WHERE id IN ?`
+	// deleteReady removes a ready delivery (one a browse holds).
+	deleteReady = `DELETE FROM dbbus_deliveries WHERE id = ? AND lease_token IS NULL`
+	// insertDelivery gives a group a new ready delivery of a message, at
+	// the end of its queue.
+	insertDelivery = `INSERT INTO dbbus_deliveries (group_name, message_id, topic) VALUES (?, ?, ?)`
+	// setMetadata rewrites the metadata (JSON) of a message on a topic.
+	setMetadata = `UPDATE dbbus_messages SET metadata = ? WHERE id = ? AND topic = ?`
 	// deleteDeliveries is the fenced ack: only the lease holder's token
 	// matches. It returns the ids deleted.
 	deleteDeliveries = `DELETE FROM dbbus_deliveries WHERE id IN ? AND lease_token = ? RETURNING id`

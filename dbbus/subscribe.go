@@ -276,7 +276,7 @@ func (b *Bus) claim(ctx context.Context, group, token string, limit int) ([]clai
 		Metadata string
 		Payload  []byte
 	}
-	if err := b.db.WithContext(ctx).Raw(`SELECT id, topic, metadata, payload FROM dbbus_messages WHERE id IN ?`, ids).
+	if err := b.db.WithContext(ctx).Raw(readBodies, ids).
 		Scan(&bodies).Error; err != nil {
 		// Give the claim back rather than leave it to expire.
 		sctx, done := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)

@@ -14,7 +14,7 @@ import (
 
 // console serves the web console until ctx is done (SIGINT or SIGTERM).
 func (c *cli) console(ctx context.Context, args []string) error {
-	fs := c.newFlags("console", "[--addr 127.0.0.1:8081] [--host NAME]... [--exclude-loopback] [--read-only] [--show-payloads] [--tenant T] [--refresh 10s] [--group G]... [--exchange E]")
+	fs := c.newFlags("console", "[--addr 127.0.0.1:8081] [--host NAME]... [--exclude-loopback] [--read-only] [--show-payloads] [--tenant T] [--refresh 10s] [--group G]... [--bus B] [--exchange E]")
 	addr := fs.String("addr", "127.0.0.1:8081", "listen address; the console has no login, so keep it internal")
 	readOnly := fs.Bool("read-only", false, "no requeue or discard buttons; every POST is refused")
 	payloads := fs.Bool("show-payloads", false, "show dead letters' payloads and metadata")
@@ -24,8 +24,9 @@ func (c *cli) console(ctx context.Context, args []string) error {
 	fs.Var(&hosts, "host", "a `NAME` operators reach the console by, besides the loopback names and --addr's host (repeatable)")
 	noLoopback := fs.Bool("exclude-loopback", false, "refuse the loopback names as Host: behind a reverse proxy on this machine, which must pass the browser's Host on")
 	var groups stringsFlag
-	fs.Var(&groups, "group", "a consumer `GROUP` to show: its dead letters (on RabbitMQ, AMQP_URL), parked events and members (repeatable)")
-	exchange := fs.String("exchange", rabbitmq.DefaultExchange, "the groups' event exchange (or BENTO_EXCHANGE), with --group")
+	fs.Var(&groups, "group", "a consumer `GROUP` to show: its dead letters (on the bus --bus chooses), parked events and members (repeatable)")
+	bus := addBusFlag(fs)
+	exchange := fs.String("exchange", rabbitmq.DefaultExchange, "the groups' event exchange (or BENTO_EXCHANGE), with --group on RabbitMQ")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -47,11 +48,18 @@ func (c *cli) console(ctx context.Context, args []string) error {
 		cfg.AllowedHosts = append(cfg.AllowedHosts, host)
 	}
 	if len(groups) > 0 {
-		amqpCfg, err := c.amqpConfig(fs, *exchange)
+		which, err := c.resolveBus(*bus)
 		if err != nil {
 			return err
 		}
-		cfg.Consumers = &console.Consumers{AMQP: amqpCfg, Groups: groups}
+		cfg.Consumers = &console.Consumers{Groups: groups}
+		if which == busRabbitMQ {
+			if cfg.Consumers.AMQP, err = c.amqpConfig(fs, *exchange); err != nil {
+				return err
+			}
+		} else if cfg.Consumers.DeadLetters, err = databaseDeadLetters(st.DB()); err != nil {
+			return err
+		}
 	}
 	if secret := c.getenv("BENTO_CONSOLE_SECRET"); secret != "" {
 		cfg.Secret = []byte(secret) // shared by replicas behind one load balancer

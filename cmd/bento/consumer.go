@@ -15,14 +15,15 @@ import (
 
 // deadLetterFlags are the flags that select a group's dead letters.
 type deadLetterFlags struct {
-	group, exchange, eventType, aggregate, cause *string
-	olderThan                                    *ageFlag
+	group, exchange, bus, eventType, aggregate, cause *string
+	olderThan                                         *ageFlag
 }
 
 func addDeadLetterFlags(fs *flag.FlagSet) deadLetterFlags {
 	f := deadLetterFlags{
 		group:     fs.String("group", "", "the consumer group (required)"),
 		exchange:  fs.String("exchange", rabbitmq.DefaultExchange, "the group's event exchange (or BENTO_EXCHANGE); a replay reaches only the group"),
+		bus:       addBusFlag(fs),
 		eventType: fs.String("event-type", "", "only this event type"),
 		aggregate: fs.String("aggregate", "", "only this aggregate: TYPE or TYPE/ID"),
 		cause:     fs.String("cause", "", "only this cause: decode, permanent, failed, gap or poison"),
@@ -32,18 +33,20 @@ func addDeadLetterFlags(fs *flag.FlagSet) deadLetterFlags {
 	return f
 }
 
-// target returns the broker config and the filter the flags say.
-func (c *cli) deadLetterTarget(fs *flag.FlagSet, f deadLetterFlags, ids []string) (*rabbitmq.Config, consumer.DeadFilter, error) {
+// deadLetterTarget returns the dead letters of the bus the flags choose,
+// with the function that closes what it opened, and the filter the flags
+// say.
+func (c *cli) deadLetterTarget(ctx context.Context, fs *flag.FlagSet, f deadLetterFlags, ids []string) (*consumer.DeadLetters, func(), consumer.DeadFilter, error) {
 	out := consumer.DeadFilter{IDs: ids, EventType: *f.eventType, Cause: *f.cause, OlderThan: f.olderThan.d}
 	if *f.group == "" {
-		return nil, out, usagef("--group is required")
+		return nil, nil, out, usagef("--group is required")
 	}
 	var err error
 	if out.AggregateType, out.AggregateID, err = parseAggregate(*f.aggregate); err != nil {
-		return nil, out, err
+		return nil, nil, out, err
 	}
-	cfg, err := c.amqpConfig(fs, *f.exchange)
-	return cfg, out, err
+	dead, done, err := c.deadLetters(ctx, fs, *f.bus, *f.exchange)
+	return dead, done, out, err
 }
 
 // describeDead says in words which dead letters f selects.
@@ -72,7 +75,7 @@ func describeDead(group string, f consumer.DeadFilter) things {
 }
 
 func (c *cli) consumerDeadList(ctx context.Context, args []string) error {
-	fs := c.newFlags("consumer dead list", "--group G [--event-type T] [--aggregate TYPE[/ID]] [--cause C] [--older-than D] [--limit N] [--json]")
+	fs := c.newFlags("consumer dead list", "--group G [--bus B] [--event-type T] [--aggregate TYPE[/ID]] [--cause C] [--older-than D] [--limit N] [--json]")
 	ff := addDeadLetterFlags(fs)
 	readLimit := addLimit(fs, "at most this many")
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -83,11 +86,12 @@ func (c *cli) consumerDeadList(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg, f, err := c.deadLetterTarget(fs, ff, nil)
+	dl, done, f, err := c.deadLetterTarget(ctx, fs, ff, nil)
 	if err != nil {
 		return err
 	}
-	dead, err := consumer.ListDeadLetters(ctx, cfg, *ff.group, f, limit)
+	defer done()
+	dead, err := dl.List(ctx, *ff.group, f, limit)
 	if err != nil {
 		return err
 	}
@@ -114,7 +118,7 @@ func (c *cli) consumerDeadList(ctx context.Context, args []string) error {
 }
 
 func (c *cli) consumerDeadShow(ctx context.Context, args []string) error {
-	fs := c.newFlags("consumer dead show", "ID --group G [--show-payload] [--json]")
+	fs := c.newFlags("consumer dead show", "ID --group G [--bus B] [--show-payload] [--json]")
 	ff := addDeadLetterFlags(fs)
 	payload := fs.Bool("show-payload", false, "print the payload and the headers (they may hold personal data)")
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -125,11 +129,12 @@ func (c *cli) consumerDeadShow(ctx context.Context, args []string) error {
 	if len(pos) != 1 {
 		return usagef("want exactly one message id")
 	}
-	cfg, f, err := c.deadLetterTarget(fs, ff, pos)
+	dl, done, f, err := c.deadLetterTarget(ctx, fs, ff, pos)
 	if err != nil {
 		return err
 	}
-	dead, err := consumer.ListDeadLetters(ctx, cfg, *ff.group, f, 1)
+	defer done()
+	dead, err := dl.List(ctx, *ff.group, f, 1)
 	if err != nil {
 		return err
 	}
@@ -163,7 +168,7 @@ func (c *cli) consumerDeadShow(ctx context.Context, args []string) error {
 
 // consumerDeadAct replays or discards dead letters.
 func (c *cli) consumerDeadAct(ctx context.Context, verb string, args []string) error {
-	fs := c.newFlags("consumer dead "+verb, "(ID...|--event-type T|--aggregate TYPE[/ID]|--cause C|--older-than D|--all) --group G [--dry-run] [--yes]")
+	fs := c.newFlags("consumer dead "+verb, "(ID...|--event-type T|--aggregate TYPE[/ID]|--cause C|--older-than D|--all) --group G [--bus B] [--dry-run] [--yes]")
 	ff := addDeadLetterFlags(fs)
 	all := fs.Bool("all", false, "every dead letter of the group")
 	dry := fs.Bool("dry-run", false, "say what would change and change nothing")
@@ -172,10 +177,11 @@ func (c *cli) consumerDeadAct(ctx context.Context, verb string, args []string) e
 	if err != nil {
 		return err
 	}
-	cfg, f, err := c.deadLetterTarget(fs, ff, ids)
+	dl, closeBus, f, err := c.deadLetterTarget(ctx, fs, ff, ids)
 	if err != nil {
 		return err
 	}
+	defer closeBus()
 	narrowed := len(ids) > 0 || f.EventType != "" || f.AggregateType != "" || f.Cause != "" || f.OlderThan > 0
 	if !narrowed && !*all {
 		return usagef("say which dead letters to %s: ids, --event-type, --aggregate, --cause, --older-than or --all", verb)
@@ -184,7 +190,7 @@ func (c *cli) consumerDeadAct(ctx context.Context, verb string, args []string) e
 		return usagef("--all does not go with ids or filters")
 	}
 	what := describeDead(*ff.group, f)
-	dead, err := consumer.ListDeadLetters(ctx, cfg, *ff.group, f, 100_000)
+	dead, err := dl.List(ctx, *ff.group, f, 100_000)
 	if err != nil {
 		return err
 	}
@@ -205,9 +211,9 @@ func (c *cli) consumerDeadAct(ctx context.Context, verb string, args []string) e
 	}
 	var done []consumer.DeadLetter
 	if verb == "replay" {
-		done, err = consumer.ReplayDeadLetters(ctx, cfg, *ff.group, f)
+		done, err = dl.Replay(ctx, *ff.group, f)
 	} else {
-		done, err = consumer.DiscardDeadLetters(ctx, cfg, *ff.group, f)
+		done, err = dl.Discard(ctx, *ff.group, f)
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %w (%d done before the error)", verb, err, len(done))

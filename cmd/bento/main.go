@@ -6,7 +6,9 @@
 // keyword/value string) for PostgreSQL, sqlite:PATH for an embedded SQLite
 // file. The consumer and unroutable commands read the RabbitMQ broker from
 // AMQP_URL and use the exchange of --exchange (or BENTO_EXCHANGE; default
-// bento.events).
+// bento.events). The consumer dead commands, and the console's consumer
+// pages, use the database bus in DATABASE_URL instead when AMQP_URL is not
+// set, or with --bus database.
 //
 // The commands (bento -h lists them; bento COMMAND -h gives each one's
 // flags; docs/cli.md describes them with sample output):
@@ -112,7 +114,7 @@ var commands = []command{
 	{"idempotency purge", "delete expired idempotency keys", (*cli).idempotencyPurge},
 	{"maintain", "create, seal and drop partitions of partitioned tables", (*cli).maintain},
 	{"console", "serve the web console", (*cli).console},
-	{"consumer dead list", "list a consumer group's dead letters on RabbitMQ", (*cli).consumerDeadList},
+	{"consumer dead list", "list a consumer group's dead letters", (*cli).consumerDeadList},
 	{"consumer dead show", "show one of a group's dead letters", (*cli).consumerDeadShow},
 	{"consumer dead replay", "send a group's dead letters back to it", consumerDeadAct("replay")},
 	{"consumer dead discard", "delete a group's dead letters for good", consumerDeadAct("discard")},
@@ -191,7 +193,8 @@ func usage(group []string) string {
 	if len(group) == 0 {
 		b.WriteString(`
 DATABASE_URL selects the database: postgres://... or sqlite:PATH.
-The consumer and unroutable commands read the broker from AMQP_URL.
+The consumer and unroutable commands read the broker from AMQP_URL;
+consumer dead uses the database bus when AMQP_URL is not set (--bus).
 Run 'bento <command> -h' for a command's flags.
 Exit codes: 0 ok (-h too), 1 failed or not confirmed, 2 bad arguments or DATABASE_URL.
 `)

@@ -233,6 +233,10 @@ func TestConsoleShowsTheGroupsNamed(t *testing.T) {
 	assert.Equal(t, http.StatusNotFound, code)
 
 	r := bento(t, e.dsn, "", "console", "--addr", "127.0.0.1:0", "--group", group)
+	assert.Equal(t, 2, r.code, "no AMQP_URL, and no database bus")
+	assert.Contains(t, r.stderr, "dbbus_deliveries")
+	assert.Contains(t, r.stderr, "AMQP_URL")
+	r = bento(t, e.dsn, "", "console", "--addr", "127.0.0.1:0", "--group", group, "--bus", "rabbitmq")
 	assert.Equal(t, 2, r.code, "no AMQP_URL")
 	assert.Contains(t, r.stderr, "AMQP_URL is not set")
 }

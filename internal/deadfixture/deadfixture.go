@@ -12,11 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/consumer"
+	"github.com/bentoevents/bento/dbbus"
 	"github.com/bentoevents/bento/inbox"
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
@@ -43,8 +45,11 @@ type Applied struct {
 type Fixture struct {
 	// Group is the consumer group.
 	Group string
-	// AMQP is the broker configuration of the group's exchange.
+	// AMQP is the broker configuration of the group's exchange (nil on the
+	// database bus).
 	AMQP *rabbitmq.Config
+	// Dead is the group's dead letters, on its bus.
+	Dead *consumer.DeadLetters
 	// IDs are the message ids of the two events published, for the SKUs
 	// "kiwi" (aggregate sku/kiwi) and then "fig" (sku/fig).
 	IDs []string
@@ -67,10 +72,46 @@ func Start(t testing.TB, db *gorm.DB, ex *testenv.Exchange, prefix string) *Fixt
 		AMQP:  &rabbitmq.Config{URL: ex.URL, Exchange: ex.Name},
 		db:    db,
 	}
+	f.Dead = consumer.RabbitMQDeadLetters(f.AMQP)
 	ex.Queues(consumer.DeadLetterQueue(f.Group))
 	ex.Partitioned(f.Group, 2)
-	c, err := consumer.NewAMQP(ctx, db, f.AMQP, &consumer.Config{Group: f.Group, Partitions: 2, DisableHoldBack: true})
+	c, err := consumer.NewAMQP(ctx, db, f.AMQP, f.config())
 	require.NoError(t, err)
+	pub, err := rabbitmq.NewPublisher(ctx, f.AMQP)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	f.run(t, c, pub)
+	return f
+}
+
+// StartDatabase is Start on the database bus in db (which it migrates),
+// with no broker: the group's consumer is consumer.NewDatabase's.
+func StartDatabase(t testing.TB, db *gorm.DB, prefix string) *Fixture {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, inbox.Migrate(ctx, db))
+	require.NoError(t, dbbus.Migrate(ctx, db))
+	require.NoError(t, db.AutoMigrate(&Applied{}))
+	f := &Fixture{Group: prefix + strings.ToLower(aggregate.NewID()[18:]), Dead: consumer.DatabaseDeadLetters(db), db: db}
+	bus, err := dbbus.New(db, &dbbus.Config{PollInterval: 50 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = bus.Close() })
+	c, err := consumer.NewDatabase(db, bus, f.config())
+	require.NoError(t, err)
+	f.run(t, c, bus)
+	return f
+}
+
+// config is the group's consumer configuration.
+func (f *Fixture) config() *consumer.Config {
+	return &consumer.Config{Group: f.Group, Partitions: 2, DisableHoldBack: true}
+}
+
+// run adds the handler to c, runs it until the test ends and publishes
+// the two events with pub.
+func (f *Fixture) run(t testing.TB, c *consumer.Consumer, pub message.Publisher) {
+	t.Helper()
+	ctx := context.Background()
 	require.NoError(t, consumer.Handle(c, func(ctx context.Context, tx *gorm.DB, e SKUOrdered, env *messaging.Envelope) error {
 		if !f.fixed.Load() {
 			return consumer.Permanent(errors.New("unknown sku " + e.SKU))
@@ -83,9 +124,6 @@ func Start(t testing.TB, db *gorm.DB, ex *testenv.Exchange, prefix string) *Fixt
 	t.Cleanup(func() { stop(); <-done })
 	<-c.Running()
 
-	pub, err := rabbitmq.NewPublisher(ctx, f.AMQP)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = pub.Close() })
 	for i, sku := range []string{"kiwi", "fig"} {
 		body, err := json.Marshal(SKUOrdered{SKU: sku})
 		require.NoError(t, err)
@@ -96,7 +134,6 @@ func Start(t testing.TB, db *gorm.DB, ex *testenv.Exchange, prefix string) *Fixt
 		require.NoError(t, pub.Publish("sku.ordered", m))
 		f.IDs = append(f.IDs, m.UUID)
 	}
-	return f
 }
 
 // Fix makes the handler apply the events it receives from now on.

@@ -40,6 +40,7 @@ var allowed = map[string]map[string]string{
 	"internal/deadfixture": {
 		"aggregate": "the fixture's event ids and aggregate ids",
 		"consumer":  "it runs a partitioned consumer whose handler fails for good",
+		"dbbus":     "it runs that consumer on the database bus too, for the database-bus variants of the tests",
 		"inbox":     "it creates the inbox tables the consumer writes",
 		"messaging": "it builds the fixture's events with messaging.NewMessage, and its handler takes a messaging.Envelope",
 		"rabbitmq":  "it publishes the fixture's events over AMQP",

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/bentoevents/bento/consumer"
+	"github.com/bentoevents/bento/dbbus"
+	"github.com/bentoevents/bento/embedded"
+	"github.com/bentoevents/bento/internal/testenv"
+	"github.com/bentoevents/bento/messaging"
+)
+
+// TestConsumerDeadLettersOnTheDatabaseBus runs bento consumer dead on a
+// deployment with no broker, on PostgreSQL and on SQLite: with no
+// AMQP_URL the commands use the database bus in DATABASE_URL. They list
+// the group's two dead letters, show one, replay it to the group (its
+// replay counted, its dead-letter headers gone) and discard the other;
+// --bus rabbitmq without AMQP_URL, and a bad --bus, are usage errors.
+func TestConsumerDeadLettersOnTheDatabaseBus(t *testing.T) {
+	t.Parallel()
+	for _, backend := range []string{"postgres", "sqlite"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			var db *gorm.DB
+			var dsn string
+			if backend == "postgres" {
+				db, dsn = testenv.Postgres(t)
+			} else {
+				path := filepath.Join(t.TempDir(), "bus.db")
+				var err error
+				db, err = embedded.OpenSQLite(path, nil)
+				require.NoError(t, err)
+				t.Cleanup(func() { closeAll(db) })
+				dsn = "sqlite:" + path
+			}
+			ctx := t.Context()
+			group := "billing"
+			require.NoError(t, dbbus.Migrate(ctx, db))
+			require.NoError(t, dbbus.DeclareGroup(ctx, db, group, "sku.ordered"))
+			require.NoError(t, dbbus.DeclareGroup(ctx, db, consumer.DeadLetterQueue(group), consumer.DeadLetterTopic(group)))
+			bus, err := dbbus.New(db, &dbbus.Config{NoListen: true})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = bus.Close() })
+			var ids []string
+			for _, sku := range []string{"kiwi", "fig"} {
+				m := message.NewMessage("dead-"+sku, []byte(`{"sku":"`+sku+`"}`))
+				m.Metadata.Set(messaging.MetaEventType, "sku.ordered")
+				m.Metadata.Set(messaging.MetaAggregateType, "sku")
+				m.Metadata.Set(messaging.MetaAggregateID, sku)
+				m.Metadata.Set(consumer.MetaDeadCause, consumer.CausePermanent)
+				m.Metadata.Set(consumer.MetaDeadReason, "unknown sku "+sku)
+				m.Metadata.Set(consumer.MetaDeadAttempts, "1")
+				m.Metadata.Set(consumer.MetaDeadAt, time.Now().UTC().Format(time.RFC3339Nano))
+				require.NoError(t, bus.Publish(consumer.DeadLetterTopic(group), m))
+				ids = append(ids, m.UUID)
+			}
+
+			env := []string{"DATABASE_URL=" + dsn, "AMQP_URL="}
+			list := func() []deadLetterRow {
+				t.Helper()
+				r := bentoEnv(t, env, "", "consumer", "dead", "list", "--group", group, "--json")
+				require.Equal(t, 0, r.code, r.stderr)
+				var rows []deadLetterRow
+				require.NoError(t, json.Unmarshal([]byte(r.stdout), &rows), r.stdout)
+				return rows
+			}
+			rows := list()
+			require.Len(t, rows, 2)
+			assert.Equal(t, ids[0], rows[0].ID)
+			assert.Equal(t, consumer.CausePermanent, rows[0].Cause)
+			assert.Equal(t, "unknown sku kiwi", rows[0].Error)
+			r := bentoEnv(t, env, "", "consumer", "dead", "show", ids[0], "--group", group, "--show-payload")
+			require.Equal(t, 0, r.code, r.stderr)
+			assert.Contains(t, r.stdout, `"sku":"kiwi"`)
+
+			r = bentoEnv(t, env, "", "consumer", "dead", "replay", ids[0], "--group", group, "--yes")
+			require.Equal(t, 0, r.code, r.stderr)
+			assert.Contains(t, r.stdout, "replayed 1")
+			var back []*message.Message
+			require.NoError(t, dbbus.Peek(ctx, db, group, 10, func(b dbbus.Browsed) bool {
+				back = append(back, b.Message)
+				return true
+			}))
+			require.Len(t, back, 1, "the replayed dead letter is not in the group's queue")
+			assert.Equal(t, ids[0], back[0].UUID)
+			assert.Equal(t, "1", back[0].Metadata.Get(consumer.MetaReplays))
+			assert.Empty(t, back[0].Metadata.Get(consumer.MetaDeadCause))
+
+			r = bentoEnv(t, env, "", "consumer", "dead", "discard", "--all", "--group", group, "--bus", "database", "--yes")
+			require.Equal(t, 0, r.code, r.stderr)
+			assert.Contains(t, r.stdout, "discarded 1")
+			assert.Empty(t, list())
+
+			r = bentoEnv(t, env, "", "consumer", "dead", "list", "--group", group, "--bus", "rabbitmq")
+			assert.Equal(t, 2, r.code)
+			assert.Contains(t, r.stderr, "AMQP_URL is not set")
+			r = bentoEnv(t, env, "", "consumer", "dead", "list", "--group", group, "--bus", "kafka")
+			assert.Equal(t, 2, r.code)
+			assert.Contains(t, r.stderr, "--bus")
+		})
+	}
+}
