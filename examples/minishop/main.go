@@ -70,6 +70,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", "127.0.0.1:8080", "HTTP listen address")
 	dbPath := fs.String("db", "minishop.db", "SQLite file used when DATABASE_URL is not set")
+	lease := fs.Duration("lease", 0, "how long the work a killed process held (relay claims) waits before another process, or the restarted one, takes it over (0: bento's defaults)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: minishop [flags] [all|serve|relay|worker|migrate]")
 		fs.PrintDefaults()
@@ -103,7 +104,11 @@ func run(args []string, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := serve(ctx, log, mode, *addr, dbURL, amqpURL, *dbPath); err != nil {
+	if *lease < 0 {
+		fmt.Fprintf(stderr, "minishop: -lease %v is negative\n", *lease)
+		return exitUsage
+	}
+	if err := serve(ctx, log, mode, *addr, dbURL, amqpURL, *dbPath, *lease); err != nil {
 		log.Error("minishop: stopped with an error", "err", err)
 		return exitError
 	}
@@ -127,13 +132,14 @@ func describe(dbURL, amqpURL, path string) string {
 	return msg
 }
 
-// serve runs mode until ctx ends.
-func serve(ctx context.Context, log *slog.Logger, mode, addr, dbURL, amqpURL, path string) error {
+// serve runs mode until ctx ends. A nonzero lease replaces bento's defaults
+// for how long a killed process's claims stay reserved.
+func serve(ctx context.Context, log *slog.Logger, mode, addr, dbURL, amqpURL, path string, lease time.Duration) error {
 	reg := newRegistry()
 	cfg := &embedded.Config{
 		Path:      path,
 		Units:     &uow.Config{Producer: "minishop", Registerer: reg},
-		Projector: &projector.Config{Logger: log, Registerer: reg},
+		Projector: &projector.Config{Logger: log, Registerer: reg, Lease: lease, PublishTimeout: lease / 3},
 	}
 	if dbURL != "" {
 		db, err := gorm.Open(postgres.Open(dbURL), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
@@ -153,6 +159,8 @@ func serve(ctx context.Context, log *slog.Logger, mode, addr, dbURL, amqpURL, pa
 		}
 		defer b.close()
 		cfg.Publisher = b.pub
+	} else {
+		cfg.Memory = true
 	}
 	// One call wires the database (bento's tables included), the outbox,
 	// the projector and the units of work; on the embedded default also the
@@ -163,7 +171,7 @@ func serve(ctx context.Context, log *slog.Logger, mode, addr, dbURL, amqpURL, pa
 	}
 	defer stack.Close()
 	if b == nil {
-		if b, err = memoryBus(stack.Bus); err != nil {
+		if b, err = memoryBus(stack.Memory); err != nil {
 			return fmt.Errorf("open bus: %w", err)
 		}
 	}
