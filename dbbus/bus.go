@@ -2,23 +2,20 @@ package dbbus
 
 import (
 	"context"
-	"database/sql"
-	"database/sql/driver"
 	"embed"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"sync"
-	"time"
 
-	"github.com/jackc/pgx/v5/stdlib"
 	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/internal/closing"
 	"github.com/bentoevents/bento/internal/dberr"
 	"github.com/bentoevents/bento/internal/dialect"
 	"github.com/bentoevents/bento/internal/migrate"
+	"github.com/bentoevents/bento/internal/pglisten"
 )
 
 var (
@@ -59,12 +56,14 @@ type Bus struct {
 	cfg Config
 	log *slog.Logger
 
-	mu     closing.Guard // closed by Close; guards subs
-	subs   []*Subscriber
-	wakeMu sync.Mutex
-	woken  chan struct{} // closed and replaced by wake (guarded by wakeMu)
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // the listener
+	// writeMu queues the bus's own writes on SQLite (see write).
+	writeMu sync.Mutex
+	mu      closing.Guard // closed by Close; guards subs
+	subs    []*Subscriber
+	wakeMu  sync.Mutex
+	woken   chan struct{} // closed and replaced by wake (guarded by wakeMu)
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup // the listener
 }
 
 // New returns a Bus on db (PostgreSQL or SQLite), whose tables [Migrate]
@@ -115,6 +114,24 @@ func (b *Bus) Close() error {
 	return nil
 }
 
+// write runs fn, one write statement or transaction of the bus's own. On
+// SQLite, which has one writer at a time, the bus's writes queue for a Go
+// mutex, which hands over in turn, rather than in SQLite's busy handler,
+// which lets a waiter that arrived later win: a waiter sleeps longer after
+// each retry, and under a steady load of claims, acks and publishes one
+// subscription's claim could wait for seconds while a competing
+// subscription of its group claimed everything. Writes of other processes
+// and of the caller's transactions (PublishTx) still meet in the busy
+// handler. On PostgreSQL fn runs at once.
+func (b *Bus) write(fn func() error) error {
+	if b.d != dialect.SQLite {
+		return fn()
+	}
+	b.writeMu.Lock()
+	defer b.writeMu.Unlock()
+	return fn()
+}
+
 // wake tells every subscription of the bus to claim now.
 func (b *Bus) wake() {
 	b.wakeMu.Lock()
@@ -131,80 +148,23 @@ func (b *Bus) wakeup() <-chan struct{} {
 }
 
 // listen keeps a LISTEN connection open until ctx ends, waking the bus on
-// each notification of its schema. When the connection drops it reconnects
-// with backoff and wakes the bus once, since notifications sent meanwhile
-// are lost; polling covers the gap.
+// each notification of its schema, and once on each (re)connect, since
+// notifications sent while not listening are lost; polling covers the gap.
 func (b *Bus) listen(ctx context.Context) {
 	sqlDB, err := b.db.DB()
 	if err != nil {
 		b.log.Warn("dbbus: cannot listen; polling only", "err", err)
 		return
 	}
-	delay := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		started := time.Now()
-		err := b.listenOnce(ctx, sqlDB)
-		if ctx.Err() != nil {
-			return
-		}
-		if errors.Is(err, errNotPgx) {
-			b.log.Warn("dbbus: cannot listen; polling only", "err", err)
-			return
-		}
-		if time.Since(started) > time.Minute {
-			delay = 100 * time.Millisecond
-		}
-		b.log.Warn("dbbus: listening connection lost; reconnecting", "err", err, "in", delay)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, 10*time.Second)
-	}
-}
-
-var errNotPgx = errors.New("the database driver is not pgx's database/sql driver")
-
-func (b *Bus) listenOnce(ctx context.Context, db *sql.DB) error {
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return fmt.Errorf("get connection: %w", err)
-	}
-	defer conn.Close()
-	var loopErr error
-	rawErr := conn.Raw(func(dc any) error {
-		sc, ok := dc.(*stdlib.Conn)
-		if !ok {
-			loopErr = fmt.Errorf("%w (got %T)", errNotPgx, dc)
-			return loopErr
-		}
-		pc := sc.Conn()
-		var schema string
-		if err := pc.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
-			loopErr = err
-			return driver.ErrBadConn
-		}
-		if _, err := pc.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
-			loopErr = err
-			return driver.ErrBadConn
-		}
-		b.wake() // catch up on anything committed while not listening
-		for {
-			n, err := pc.WaitForNotification(ctx)
-			if err != nil {
-				loopErr = err
-				// The connection is in LISTEN mode (or broken): never hand
-				// it back to the pool.
-				return driver.ErrBadConn
-			}
-			if n.Payload == schema {
+	pglisten.Listener{
+		Channel:  NotifyChannel,
+		Logger:   b.log,
+		Prefix:   "dbbus: ",
+		OnListen: func(string) { b.wake() },
+		OnNotify: func(payload, schema string) {
+			if payload == schema {
 				b.wake()
 			}
-		}
-	})
-	if loopErr != nil {
-		return loopErr
-	}
-	return rawErr
+		},
+	}.Run(ctx, sqlDB)
 }

@@ -34,8 +34,10 @@ func (b *Bus) Publish(topic string, msgs ...*message.Message) error {
 	}
 	ctx := msgs[0].Context()
 	err := b.use(func() error {
-		return b.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-			return b.publishTx(tx, topic, msgs)
+		return b.write(func() error {
+			return b.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+				return b.publishTx(tx, topic, msgs)
+			})
 		})
 	})
 	if err == nil {

@@ -164,7 +164,7 @@ func (s *Subscriber) handOut(ctx context.Context, batch []claimed, out chan<- *m
 		}
 		sctx, done := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 		defer done()
-		if err := ackAll(sctx, b.db, acked); err != nil {
+		if err := b.write(func() error { return ackAll(sctx, b.db, acked) }); err != nil {
 			b.log.Warn("dbbus: ack failed; the messages will be delivered again", "group", acked[0].Group, "err", err)
 		}
 		acked = acked[:0]
@@ -211,7 +211,7 @@ func (s *Subscriber) handOut(ctx context.Context, batch []claimed, out chan<- *m
 			acked = append(acked, c.lease)
 		case nacked(c.msg):
 			sctx, done := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-			if err := Nack(sctx, b.db, c.lease); err != nil {
+			if err := b.write(func() error { return Nack(sctx, b.db, c.lease) }); err != nil {
 				b.log.Warn("dbbus: nack failed", "group", c.lease.Group, "message", c.lease.MessageID, "err", err)
 			}
 			done()
@@ -226,7 +226,7 @@ func (s *Subscriber) handOut(ctx context.Context, batch []claimed, out chan<- *m
 				ids = append(ids, r.lease.Delivery)
 			}
 			sctx, done := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-			if err := release(sctx, b.db, c.lease.Token, ids); err != nil {
+			if err := b.write(func() error { return release(sctx, b.db, c.lease.Token, ids) }); err != nil {
 				b.log.Warn("dbbus: give-back failed; the messages come back when their lease expires", "group", c.lease.Group, "err", err)
 			}
 			done()
@@ -246,10 +246,12 @@ func (b *Bus) claim(ctx context.Context, group string) ([]claimed, error) {
 		MessageID string
 		Attempts  int
 	}
-	err := b.db.WithContext(ctx).Raw(b.sql.claim, map[string]any{
-		"group": group, "limit": b.cfg.BatchSize, "token": token,
-		"ms": b.cfg.VisibilityTimeout.Milliseconds(),
-	}).Scan(&rows).Error
+	err := b.write(func() error {
+		return b.db.WithContext(ctx).Raw(b.sql.claim, map[string]any{
+			"group": group, "limit": b.cfg.BatchSize, "token": token,
+			"ms": b.cfg.VisibilityTimeout.Milliseconds(),
+		}).Scan(&rows).Error
+	})
 	if err != nil {
 		return nil, wrapDB("claim", err)
 	}
@@ -274,7 +276,7 @@ func (b *Bus) claim(ctx context.Context, group string) ([]claimed, error) {
 		for i, r := range rows {
 			dids[i] = r.ID
 		}
-		_ = release(sctx, b.db, token, dids)
+		_ = b.write(func() error { return release(sctx, b.db, token, dids) })
 		return nil, wrapDB("claim: read messages", err)
 	}
 	byID := make(map[string]int, len(bodies))
@@ -314,11 +316,16 @@ func (b *Bus) claim(ctx context.Context, group string) ([]claimed, error) {
 // batches.
 func (b *Bus) rescue(ctx context.Context, group string) error {
 	for {
-		res := b.db.WithContext(ctx).Exec(b.sql.rescue, map[string]any{"group": group, "limit": maxBatchSize})
-		if res.Error != nil {
-			return wrapDB("rescue", res.Error)
+		var n int64
+		err := b.write(func() error {
+			res := b.db.WithContext(ctx).Exec(b.sql.rescue, map[string]any{"group": group, "limit": maxBatchSize})
+			n = res.RowsAffected
+			return res.Error
+		})
+		if err != nil {
+			return wrapDB("rescue", err)
 		}
-		if res.RowsAffected < maxBatchSize {
+		if n < maxBatchSize {
 			return nil
 		}
 	}
