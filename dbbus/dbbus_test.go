@@ -71,18 +71,21 @@ func newMessage(payload string) *message.Message {
 	return m
 }
 
-// TestLeaseExpiryRedelivers holds a message without settling it past the
-// visibility timeout: a second subscriber of the group must receive it,
-// under a new lease that counts the expired one as a failed attempt. The
-// first lease's ack must then fail with ErrLeaseLost and leave the new
-// lease's delivery in place; the second lease's ack deletes it.
+// TestLeaseExpiryRedelivers has a process die holding a message (its
+// connections gone, it can neither renew nor give back): once the lease
+// expires, a subscriber of another process must receive it, under a new
+// lease that counts the expired one as a failed attempt. The first lease's
+// ack must then fail with ErrLeaseLost and leave the new lease's delivery
+// in place; the second lease's ack deletes it. (A live holder renews its
+// leases: TestSlowHandlerKeepsItsLeases.)
 func TestLeaseExpiryRedelivers(t *testing.T) {
 	t.Parallel()
-	testenv.ForEachBackend(t, func(t *testing.T, _ testenv.Backend, db *gorm.DB) {
-		bus := setup(t, db, dbbus.Config{VisibilityTimeout: 300 * time.Millisecond, PollInterval: 20 * time.Millisecond})
+	eachBackend(t, func(t *testing.T, dead, db *gorm.DB) {
+		cfg := dbbus.Config{VisibilityTimeout: 300 * time.Millisecond, PollInterval: 20 * time.Millisecond}
+		deadBus, bus := setup(t, dead, cfg), setup(t, db, cfg)
 		ctx := t.Context()
 		require.NoError(t, dbbus.DeclareGroup(ctx, db, "billing", "order.*"))
-		_, first := subscribe(t, bus, "billing")
+		_, first := subscribe(t, deadBus, "billing")
 		m := newMessage(`{"n":1}`)
 		require.NoError(t, bus.Publish("order.paid", m))
 
@@ -90,6 +93,10 @@ func TestLeaseExpiryRedelivers(t *testing.T) {
 		oldLease, ok := dbbus.LeaseOf(held)
 		require.True(t, ok)
 		assert.Equal(t, 0, oldLease.Attempts)
+		sqlDB, err := dead.DB()
+		require.NoError(t, err)
+		require.NoError(t, sqlDB.Close())
+		_ = deadBus.Close()
 
 		_, second := subscribe(t, bus, "billing")
 		again := receive(t, second, 5*time.Second)
@@ -99,7 +106,7 @@ func TestLeaseExpiryRedelivers(t *testing.T) {
 		assert.NotEqual(t, oldLease.Token, newLease.Token)
 		assert.Equal(t, 1, newLease.Attempts, "an expired lease counts as a failed attempt")
 
-		err := dbbus.Ack(ctx, db, oldLease)
+		err = dbbus.Ack(ctx, db, oldLease)
 		require.ErrorIs(t, err, dbbus.ErrLeaseLost)
 		assert.Equal(t, 1, depth(t, db, "billing"), "a stale ack deleted the new lease's delivery")
 		require.ErrorIs(t, dbbus.Nack(ctx, db, oldLease), dbbus.ErrLeaseLost)

@@ -6,3 +6,7 @@ var (
 	PostgresClaimSQL  = pgStatements.claim
 	PostgresRescueSQL = pgStatements.rescue
 )
+
+// TakeOverSQL is the statement a new owner of a queue runs, for the plan
+// tests.
+var TakeOverSQL = takeOver

@@ -14,8 +14,8 @@ import (
 )
 
 // Plans that cannot flip: the claim must read a group's ready rows through
-// dbbus_deliveries_ready, and the rescue its leased rows through
-// dbbus_deliveries_leased, whatever the planner's statistics say (never
+// dbbus_deliveries_ready, and the rescue and a queue's take-over its leased
+// rows through dbbus_deliveries_leased, whatever the planner's statistics say (never
 // analyzed, or analyzed on a table where nearly every row is another
 // group's, leased or dead), never by a sequential scan of the table.
 
@@ -100,6 +100,8 @@ func TestPostgresClaimPlans(t *testing.T) {
 			assertIndexed(t, "the claim", claim, "dbbus_deliveries_ready")
 			rescue := explainPlan(t, db, dbbus.PostgresRescueSQL, map[string]any{"group": "billing", "limit": 1000})
 			assertIndexed(t, "the rescue", rescue, "dbbus_deliveries_leased")
+			takeOver := explainPlan(t, db, dbbus.TakeOverSQL, map[string]any{"queue": "billing", "owner": "new"})
+			assertIndexed(t, "the take-over of a queue", takeOver, "dbbus_deliveries_leased")
 		})
 	}
 }

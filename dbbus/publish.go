@@ -82,7 +82,7 @@ func (b *Bus) publishTx(tx *gorm.DB, topic string, msgs []*message.Message) erro
 			return err
 		}
 	}
-	if b.d == dialect.Postgres && groups[0] != UnroutableGroup {
+	if b.d == dialect.Postgres && groups[0].group != UnroutableGroup {
 		if err := tx.Exec(`SELECT pg_notify(?, current_schema())`, NotifyChannel).Error; err != nil {
 			return wrapDB("publish: notify", err)
 		}
@@ -90,34 +90,52 @@ func (b *Bus) publishTx(tx *gorm.DB, topic string, msgs []*message.Message) erro
 	return nil
 }
 
-// routes returns the groups bound to topic, or [UnroutableGroup] alone.
-func (b *Bus) routes(tx *gorm.DB, topic string) ([]string, error) {
-	var bindings []struct {
-		GroupName string
-		Pattern   string
+// route is a group a topic is bound to, with its partition count (0: not
+// partitioned).
+type route struct {
+	group      string
+	partitions int
+}
+
+// queue returns the queue of r that msg goes to.
+func (r route) queue(msg *message.Message) string {
+	if r.partitions == 0 {
+		return r.group
 	}
-	if err := tx.Raw(`SELECT group_name, pattern FROM dbbus_bindings ORDER BY group_name`).
-		Scan(&bindings).Error; err != nil {
+	return messaging.PartitionQueue(r.group, messaging.PartitionOf(messaging.PartitionKey(msg), r.partitions))
+}
+
+// routes returns the groups bound to topic, or [UnroutableGroup] alone.
+func (b *Bus) routes(tx *gorm.DB, topic string) ([]route, error) {
+	var bindings []struct {
+		GroupName  string
+		Pattern    string
+		Partitions int
+	}
+	if err := tx.Raw(`SELECT b.group_name, b.pattern, coalesce(p.partitions, 0) AS partitions
+FROM dbbus_bindings AS b LEFT JOIN dbbus_partitions AS p ON p.group_name = b.group_name
+ORDER BY b.group_name`).Scan(&bindings).Error; err != nil {
 		return nil, wrapDB("publish: read bindings", err)
 	}
-	var groups []string
+	var routes []route
 	for _, bd := range bindings {
-		if len(groups) > 0 && groups[len(groups)-1] == bd.GroupName {
+		if len(routes) > 0 && routes[len(routes)-1].group == bd.GroupName {
 			continue
 		}
 		if messaging.MatchTopic(bd.Pattern, topic) {
-			groups = append(groups, bd.GroupName)
+			routes = append(routes, route{group: bd.GroupName, partitions: bd.Partitions})
 		}
 	}
-	if len(groups) == 0 {
-		groups = []string{UnroutableGroup}
+	if len(routes) == 0 {
+		routes = []route{{group: UnroutableGroup}}
 	}
-	return groups, nil
+	return routes, nil
 }
 
 // insert writes the bodies of msgs and, for those not held already, their
-// deliveries to groups, in message order.
-func (b *Bus) insert(tx *gorm.DB, topic string, groups []string, msgs []*message.Message) error {
+// deliveries to groups (to one partition queue of a partitioned group), in
+// message order.
+func (b *Bus) insert(tx *gorm.DB, topic string, groups []route, msgs []*message.Message) error {
 	args := make([]any, 0, 4*len(msgs))
 	for _, m := range msgs {
 		md, err := json.Marshal(map[string]string(m.Metadata))
@@ -150,7 +168,7 @@ func (b *Bus) insert(tx *gorm.DB, topic string, groups []string, msgs []*message
 		}
 		delete(isFresh, m.UUID) // a UUID twice in one call is published once
 		for _, g := range groups {
-			args = append(args, g, m.UUID)
+			args = append(args, g.queue(m), m.UUID)
 		}
 	}
 	// In message order, at most maxDeliveryRows rows per statement.

@@ -30,6 +30,13 @@ type statements struct {
 	// order, to serialise the acks of one message's deliveries (empty: the
 	// database serialises writers anyway).
 	lockBodies string
+	// own makes @owner the owner of @queue for @ms milliseconds, when the
+	// queue has no owner, its owner's lease has lapsed or @owner owns it
+	// already (a renewal); it returns the owner when it did.
+	own string
+	// renew extends, to @ms milliseconds from now, the leases of the
+	// deliveries ? (ids) still leased under token ?.
+	renew string
 }
 
 var pgStatements = statements{
@@ -55,6 +62,13 @@ WHERE id IN (
 	FOR UPDATE SKIP LOCKED
 ) AND lease_token IS NOT NULL AND leased_until < now()`,
 	lockBodies: `SELECT id FROM dbbus_messages WHERE id IN ? ORDER BY id FOR UPDATE`,
+	own: `INSERT INTO dbbus_queue_owners (queue, owner, leased_until)
+VALUES (@queue, @owner, now() + @ms * interval '1 millisecond')
+ON CONFLICT (queue) DO UPDATE SET owner = excluded.owner, leased_until = excluded.leased_until
+WHERE dbbus_queue_owners.owner = excluded.owner OR dbbus_queue_owners.leased_until < now()
+RETURNING owner`,
+	renew: `UPDATE dbbus_deliveries SET leased_until = now() + ? * interval '1 millisecond'
+WHERE id IN ? AND lease_token = ?`,
 }
 
 // sqliteNow is the database's clock in milliseconds since the Unix epoch.
@@ -78,6 +92,13 @@ WHERE id IN (
 	ORDER BY leased_until
 	LIMIT @limit
 ) AND lease_token IS NOT NULL AND leased_until < ` + sqliteNow,
+	own: `INSERT INTO dbbus_queue_owners (queue, owner, leased_until)
+VALUES (@queue, @owner, ` + sqliteNow + ` + @ms)
+ON CONFLICT (queue) DO UPDATE SET owner = excluded.owner, leased_until = excluded.leased_until
+WHERE dbbus_queue_owners.owner = excluded.owner OR dbbus_queue_owners.leased_until < ` + sqliteNow + `
+RETURNING owner`,
+	renew: `UPDATE dbbus_deliveries SET leased_until = ` + sqliteNow + ` + ?
+WHERE id IN ? AND lease_token = ?`,
 }
 
 func statementsFor(d dialect.Dialect) *statements {
@@ -101,6 +122,15 @@ AND NOT EXISTS (SELECT 1 FROM dbbus_deliveries AS d WHERE d.message_id = dbbus_m
 	nackDelivery = `UPDATE dbbus_deliveries
 SET lease_token = NULL, leased_until = NULL, attempts = attempts + 1
 WHERE id = ? AND lease_token = ?`
+	// takeOver makes the deliveries of @queue leased under another token
+	// than @owner ready again, counting a failed attempt: a new owner of
+	// the queue runs it once, so that what its previous owner held (it
+	// died, or lost the queue) comes first again, in order.
+	takeOver = `UPDATE dbbus_deliveries
+SET lease_token = NULL, leased_until = NULL, attempts = attempts + 1
+WHERE group_name = @queue AND lease_token IS NOT NULL AND lease_token <> @owner`
+	// disown ends @owner's ownership of @queue.
+	disown = `DELETE FROM dbbus_queue_owners WHERE queue = @queue AND owner = @owner`
 	// releaseDeliveries gives deliveries back without counting an attempt.
 	releaseDeliveries = `UPDATE dbbus_deliveries
 SET lease_token = NULL, leased_until = NULL

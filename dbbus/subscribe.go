@@ -124,7 +124,7 @@ func (s *Subscriber) consume(ctx context.Context, group string, out chan<- *mess
 				b.log.Warn("dbbus: rescue of expired leases failed", "group", group, "err", err)
 			}
 		}
-		batch, err := b.claim(ctx, group)
+		batch, err := b.claim(ctx, group, newToken(), b.cfg.BatchSize)
 		if err != nil && ctx.Err() == nil {
 			b.log.Warn("dbbus: claim failed", "group", group, "err", err)
 		}
@@ -172,6 +172,8 @@ func (s *Subscriber) handOut(ctx context.Context, batch []claimed, out chan<- *m
 		flushC = nil
 	}
 	defer settle()
+	renew := time.NewTicker(b.renewEvery())
+	defer renew.Stop()
 	for i, c := range batch {
 		mctx, cancel := context.WithCancel(context.WithValue(ctx, leaseKey{}, c.lease))
 		c.msg.SetContext(mctx)
@@ -192,6 +194,9 @@ func (s *Subscriber) handOut(ctx context.Context, batch []claimed, out chan<- *m
 				break wait
 			case <-flushC:
 				settle()
+			case <-renew.C:
+				// A slow handler keeps what the subscription holds.
+				b.renew(ctx, c.lease.Token, append(slices.Clone(acked), leasesOf(batch[i:])...))
 			case <-ctx.Done():
 				stopped = true
 				break wait
@@ -237,10 +242,9 @@ func (s *Subscriber) handOut(ctx context.Context, batch []claimed, out chan<- *m
 	return true
 }
 
-// claim leases up to BatchSize ready deliveries of group and loads their
-// messages, in delivery order.
-func (b *Bus) claim(ctx context.Context, group string) ([]claimed, error) {
-	token := newToken()
+// claim leases up to limit ready deliveries of group under token and loads
+// their messages, in delivery order.
+func (b *Bus) claim(ctx context.Context, group, token string, limit int) ([]claimed, error) {
 	var rows []struct {
 		ID        int64
 		MessageID string
@@ -248,7 +252,7 @@ func (b *Bus) claim(ctx context.Context, group string) ([]claimed, error) {
 	}
 	err := b.write(func() error {
 		return b.db.WithContext(ctx).Raw(b.sql.claim, map[string]any{
-			"group": group, "limit": b.cfg.BatchSize, "token": token,
+			"group": group, "limit": limit, "token": token,
 			"ms": b.cfg.VisibilityTimeout.Milliseconds(),
 		}).Scan(&rows).Error
 	})
@@ -310,6 +314,38 @@ func (b *Bus) claim(ctx context.Context, group string) ([]claimed, error) {
 		})
 	}
 	return out, nil
+}
+
+// renewEvery is how often a subscription renews its leases: three times
+// per visibility timeout.
+func (b *Bus) renewEvery() time.Duration { return max(b.cfg.VisibilityTimeout/3, time.Millisecond) }
+
+// renew extends the leases, under token, of the deliveries given to a
+// visibility timeout from now. A failure is logged: the deliveries whose
+// lease lapses come back to the group, and their acks fail.
+func (b *Bus) renew(ctx context.Context, token string, leases []Lease) {
+	if len(leases) == 0 {
+		return
+	}
+	ids := make([]int64, len(leases))
+	for i, l := range leases {
+		ids[i] = l.Delivery
+	}
+	err := b.write(func() error {
+		return b.db.WithContext(ctx).Exec(b.sql.renew, b.cfg.VisibilityTimeout.Milliseconds(), ids, token).Error
+	})
+	if err != nil && ctx.Err() == nil {
+		b.log.Warn("dbbus: lease renewal failed", "group", leases[0].Group, "err", wrapDB("renew", err))
+	}
+}
+
+// leasesOf returns the leases of batch.
+func leasesOf(batch []claimed) []Lease {
+	out := make([]Lease, len(batch))
+	for i, c := range batch {
+		out[i] = c.lease
+	}
+	return out
 }
 
 // rescue makes the expired leases of group ready again, in bounded
