@@ -83,7 +83,7 @@
 //
 // Dead letters by the bus itself (attempts are counted, and the consumer
 // runtime dead-letters on its own, but the bus has no delivery limit),
-// leader-only maintenance, and the wiring into the embedded default, the
-// examples, the web console and the bento command are not part of this
-// package yet.
+// leader-only maintenance, and the wiring into the web console and the
+// bento command are not part of this package yet. The embedded default
+// (package embedded) and the examples run on it.
 package dbbus
