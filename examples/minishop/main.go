@@ -142,7 +142,7 @@ func serve(ctx context.Context, log *slog.Logger, mode, addr, dbURL, amqpURL, pa
 	cfg := &embedded.Config{
 		Path:      path,
 		Units:     &uow.Config{Producer: "minishop", Registerer: reg},
-		Projector: &projector.Config{Logger: log, Registerer: reg, Lease: lease, PublishTimeout: lease / 3},
+		Projector: &projector.Config{Logger: log, Registerer: reg, Lease: lease, PublishTimeout: lease / 2},
 	}
 	if dbURL != "" {
 		db, err := gorm.Open(postgres.Open(dbURL), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
