@@ -128,7 +128,7 @@ func memoryHarness(t *testing.T) *harness {
 // databaseHarness is the database bus on db, which also holds the inbox.
 func databaseHarness(t *testing.T, name string, db *gorm.DB) *harness {
 	require.NoError(t, dbbus.Migrate(t.Context(), db))
-	bus, err := dbbus.New(db, &dbbus.Config{Logger: quiet, PollInterval: 50 * time.Millisecond})
+	bus, err := dbbus.New(db, &dbbus.Config{Logger: quiet})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = bus.Close() })
 	return &harness{

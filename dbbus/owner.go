@@ -193,7 +193,8 @@ type inHand struct {
 
 // consume hands out the queue's deliveries in order, up to prefetch in
 // hand, until ctx ends, the subscriber closes or the ownership is lost;
-// then it deletes what was acked and gives back the rest.
+// then it deletes what was acked and gives back the rest (what it claimed
+// ahead and did not hand out too).
 func (o *owner) consume(ctx context.Context, out chan<- *message.Message, poll <-chan time.Time) {
 	b := o.bus
 	var (
@@ -260,10 +261,15 @@ func (o *owner) consume(ctx context.Context, out chan<- *message.Message, poll <
 	renew := time.NewTicker(b.renewEvery())
 	defer renew.Stop()
 	woken := b.wakeup()
+	// The owner claims ahead, up to a batch (BatchSize, or prefetch when
+	// larger) at a time, when nothing claimed is waiting: no other
+	// subscription may take the queue's messages, so claiming ahead costs
+	// nobody, and one claim serves many messages even at prefetch 1.
+	lookahead := max(o.prefetch, b.cfg.BatchSize)
 	for {
-		if room := o.prefetch - len(window) - len(pending); more && room > 0 && !o.stopped(ctx) {
+		if limit := lookahead - len(window); more && len(pending) == 0 && limit > 0 && !o.stopped(ctx) {
 			woken = b.wakeup() // before the claim: a wake-up during it is kept
-			got, err := b.claim(ctx, o.queue, o.token, room)
+			got, err := b.claim(ctx, o.queue, o.token, limit)
 			if err != nil && ctx.Err() == nil {
 				b.log.Warn("dbbus: claim failed", "queue", o.queue, "err", err)
 			}
@@ -272,14 +278,14 @@ func (o *owner) consume(ctx context.Context, out chan<- *message.Message, poll <
 				c.msg.SetContext(mctx)
 				pending = append(pending, inHand{claimed: c, cancel: cancel})
 			}
-			more = err == nil && len(got) == room
+			more = err == nil && len(got) == limit
 		}
 		var (
 			send          chan<- *message.Message
 			sending       *message.Message
 			acks, nackedC <-chan struct{}
 		)
-		if len(pending) > 0 {
+		if len(pending) > 0 && len(window) < o.prefetch {
 			send, sending = out, pending[0].msg
 		}
 		if len(window) > 0 {

@@ -32,7 +32,8 @@ var ErrInvalidPartitions = errors.New("dbbus: invalid partition count")
 // adds the patterns to those the group has and is idempotent. db may be a
 // transaction.
 //
-// Errors: messaging.ErrInvalidName for a bad group or pattern,
+// Errors: messaging.ErrInvalidName for a bad group or pattern (or a group
+// whose partition queues' names would be too long),
 // ErrInvalidPartitions for n outside 1..messaging.MaxPartitions,
 // ErrTopologyMismatch when the group has another partition count or is a
 // plain group ([DeclareGroup]).
@@ -42,6 +43,10 @@ func DeclarePartitions(ctx context.Context, db *gorm.DB, group string, n int, pa
 	}
 	if n < 1 || n > messaging.MaxPartitions {
 		return fmt.Errorf("dbbus: declare partitions of %q: %w: %d (want 1 to %d)", group, ErrInvalidPartitions, n, messaging.MaxPartitions)
+	}
+	// The partition queues' names must be valid queue names too.
+	if err := messaging.ValidateGroup(messaging.PartitionQueue(group, n-1)); err != nil {
+		return fmt.Errorf("dbbus: declare partitions: %w", err)
 	}
 	return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		had, err := partitionsOf(tx, group)
