@@ -107,8 +107,8 @@
 //
 // Dead letters by the bus itself (attempts are counted, and the consumer
 // runtime dead-letters on its own, but the bus has no delivery limit),
-// leader-only maintenance, and the wiring into the embedded default, the
-// examples, the web console and the bento command (but for consumer
-// groups' dead letters, which both handle through [Browse] and [Peek])
-// are not part of this package yet.
+// and leader-only maintenance are not part of this package yet. The
+// embedded default (package embedded), the examples, the web console and
+// the bento command run on it; the console and the command handle a
+// consumer group's dead letters through [Browse] and [Peek].
 package dbbus

@@ -8,6 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"gorm.io/gorm"
 
+	"github.com/bentoevents/bento/dbbus"
 	"github.com/bentoevents/bento/idempotency"
 	"github.com/bentoevents/bento/inbox"
 	"github.com/bentoevents/bento/messaging"
@@ -30,11 +31,18 @@ type Config struct {
 	// PostgreSQL in production, say. Open does not close it. Defaults to
 	// none.
 	DB *gorm.DB
-	// Publisher, when set, is where the projector publishes instead of an
-	// in-memory bus: RabbitMQ in production (rabbitmq.NewConfirmPublisher),
-	// say. Stack.Bus is then nil and Close does not close it. Defaults to
-	// none: a new messaging.MemoryBus.
+	// Publisher, when set, is where the projector publishes instead of the
+	// database bus: RabbitMQ in production (rabbitmq.NewConfirmPublisher),
+	// say. Stack.Bus and Stack.Memory are then nil and Close does not
+	// close it. Defaults to none: the database bus on DB.
 	Publisher message.Publisher
+	// Memory, when true and Publisher is nil, makes the projector publish
+	// to a new in-memory bus (Stack.Memory) instead of the database bus:
+	// for unit tests and examples, since a crash loses whatever the
+	// in-memory bus held. Defaults to false.
+	Memory bool
+	// Bus configures the database bus. Defaults to nil (its defaults).
+	Bus *dbbus.Config
 	// Outbox configures the outbox store. Defaults to nil (its defaults).
 	Outbox *outbox.Config
 	// Units configures the unit-of-work manager. Open sets its Outbox to
@@ -47,15 +55,20 @@ type Config struct {
 
 // Stack is what Open wired: a database with bento's tables, the outbox
 // store, a projector relaying it, a unit-of-work manager whose commits wake
-// that projector, and (unless Config.Publisher was set) the in-memory bus
-// the projector publishes to. Run the projector (Projector.Run or Drain)
-// and consumers of Bus (consumer.NewMemory) yourself.
+// that projector, and (unless Config.Publisher was set) the bus the
+// projector publishes to: the database bus on the same database, or with
+// Config.Memory the in-memory bus. Run the projector (Projector.Run or
+// Drain) and consumers of the bus (consumer.NewDatabase on Bus,
+// consumer.NewMemory on Memory) yourself.
 type Stack struct {
 	// DB is the database.
 	DB *gorm.DB
-	// Bus is the in-memory bus the projector publishes to; nil when
-	// Config.Publisher was set.
-	Bus *messaging.MemoryBus
+	// Bus is the database bus on DB the projector publishes to; nil when
+	// Config.Publisher or Config.Memory was set.
+	Bus *dbbus.Bus
+	// Memory is the in-memory bus the projector publishes to when
+	// Config.Memory was set; nil otherwise.
+	Memory *messaging.MemoryBus
 	// Outbox is the outbox store units of work write to and the projector
 	// relays from.
 	Outbox *outbox.Store
@@ -68,13 +81,14 @@ type Stack struct {
 }
 
 // Open opens the database (a SQLite file unless cfg.DB is set), creates
-// bento's tables in it (outbox.Migrate, inbox.Migrate, idempotency.Migrate;
-// each is idempotent), and wires the outbox store, the projector and the
-// unit-of-work manager. Close the stack when done.
+// bento's tables in it (outbox.Migrate, inbox.Migrate, idempotency.Migrate,
+// and dbbus.Migrate for the database bus; each is idempotent), and wires
+// the outbox store, the bus, the projector and the unit-of-work manager.
+// Close the stack when done.
 //
-// Errors: those of OpenSQLite, the migrations, outbox.NewStore,
-// projector.New (projector.ErrInvalidConfig) and uow.New
-// (uow.ErrInvalidConfig), wrapped.
+// Errors: those of OpenSQLite, the migrations, outbox.NewStore, dbbus.New
+// (dbbus.ErrInvalidConfig), projector.New (projector.ErrInvalidConfig) and
+// uow.New (uow.ErrInvalidConfig), wrapped.
 func Open(ctx context.Context, cfg *Config) (*Stack, error) {
 	var c Config
 	if cfg != nil {
@@ -100,10 +114,16 @@ func Open(ctx context.Context, cfg *Config) (*Stack, error) {
 
 // wire migrates s.DB and builds the rest of s from c.
 func (s *Stack) wire(ctx context.Context, c Config) error {
-	for _, m := range []struct {
+	type migration struct {
 		name string
 		fn   func(context.Context, *gorm.DB) error
-	}{{"outbox", outbox.Migrate}, {"inbox", inbox.Migrate}, {"idempotency", idempotency.Migrate}} {
+	}
+	migrations := []migration{{"outbox", outbox.Migrate}, {"inbox", inbox.Migrate}, {"idempotency", idempotency.Migrate}}
+	useDBBus := c.Publisher == nil && !c.Memory
+	if useDBBus {
+		migrations = append(migrations, migration{"dbbus", dbbus.Migrate})
+	}
+	for _, m := range migrations {
 		if err := m.fn(ctx, s.DB); err != nil {
 			return fmt.Errorf("embedded: migrate %s: %w", m.name, err)
 		}
@@ -114,8 +134,15 @@ func (s *Stack) wire(ctx context.Context, c Config) error {
 	}
 	s.Outbox = store
 	pub := c.Publisher
-	if pub == nil {
-		s.Bus = messaging.NewMemoryBus()
+	switch {
+	case pub != nil:
+	case c.Memory:
+		s.Memory = messaging.NewMemoryBus()
+		pub = s.Memory
+	default:
+		if s.Bus, err = dbbus.New(s.DB, c.Bus); err != nil {
+			return fmt.Errorf("embedded: %w", err)
+		}
 		pub = s.Bus
 	}
 	if s.Projector, err = projector.New(store, pub, c.Projector); err != nil {
@@ -139,12 +166,16 @@ func (s *Stack) wire(ctx context.Context, c Config) error {
 	return nil
 }
 
-// Close closes the in-memory bus and, when Open opened it, the database.
-// It does not stop a running projector: cancel its context first.
+// Close closes the bus Open made (the database bus or the in-memory bus)
+// and, when Open opened it, the database. It does not stop a running
+// projector: cancel its context first.
 func (s *Stack) Close() error {
 	var errs []error
 	if s.Bus != nil {
 		errs = append(errs, s.Bus.Close())
+	}
+	if s.Memory != nil {
+		errs = append(errs, s.Memory.Close())
 	}
 	if s.closeDB && s.DB != nil {
 		if sqlDB, err := s.DB.DB(); err == nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/consumer"
+	"github.com/bentoevents/bento/dbbus"
 	"github.com/bentoevents/bento/embedded"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
@@ -56,9 +57,10 @@ func openAccount(ctx context.Context, units *uow.Manager, id string) error {
 	})
 }
 
-func open(t *testing.T) *embedded.Stack {
+// openMemory opens a stack on a new SQLite file and the in-memory bus.
+func openMemory(t *testing.T) *embedded.Stack {
 	t.Helper()
-	s, err := embedded.Open(context.Background(), &embedded.Config{Path: filepath.Join(t.TempDir(), "bento.db")})
+	s, err := embedded.Open(context.Background(), &embedded.Config{Path: filepath.Join(t.TempDir(), "bento.db"), Memory: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, s.Close()) })
 	require.NoError(t, s.DB.AutoMigrate(&Account{}))
@@ -66,8 +68,8 @@ func open(t *testing.T) *embedded.Stack {
 }
 
 // TestUnconsumedEventDoesNotHoldBackItsAggregate: an aggregate's first
-// event is one no group consumes, its second one a group does. The embedded
-// bus parks the first in its alternate queue, as RabbitMQ does, so both
+// event is one no group consumes, its second one a group does. The
+// in-memory bus parks the first in its alternate queue, as RabbitMQ does, so both
 // are relayed and the group receives the second. Without the alternate
 // queue the first fails to publish and holds the second back: the attack
 // the default defends against.
@@ -79,11 +81,11 @@ func TestUnconsumedEventDoesNotHoldBackItsAggregate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			s := open(t)
+			s := openMemory(t)
 			if !tc.alternate {
-				require.NoError(t, s.Bus.DeclareAlternate(""))
+				require.NoError(t, s.Memory.DeclareAlternate(""))
 			}
-			ledger, err := consumer.NewMemory(s.DB, s.Bus, &consumer.Config{Group: "ledger", Logger: quiet})
+			ledger, err := consumer.NewMemory(s.DB, s.Memory, &consumer.Config{Group: "ledger", Logger: quiet})
 			require.NoError(t, err)
 			var (
 				mu       sync.Mutex
@@ -126,7 +128,7 @@ func TestUnconsumedEventDoesNotHoldBackItsAggregate(t *testing.T) {
 			mu.Lock()
 			assert.Equal(t, []int64{2}, received, "the ledger received the deposit, version 2")
 			mu.Unlock()
-			parked, err := s.Bus.Subscriber(messaging.MemoryUnroutableQueue).Subscribe(ctx, "")
+			parked, err := s.Memory.Subscriber(messaging.MemoryUnroutableQueue).Subscribe(ctx, "")
 			require.NoError(t, err)
 			select {
 			case m := <-parked:
@@ -136,6 +138,46 @@ func TestUnconsumedEventDoesNotHoldBackItsAggregate(t *testing.T) {
 				t.Fatal("nothing parked in the alternate queue")
 			}
 		})
+	}
+}
+
+// TestDefaultBusSurvivesAClose: by default the projector publishes to the
+// database bus in the same SQLite file. What it relayed and nobody
+// consumed yet is still there when the file is opened again (as after a
+// crash); an event no group is bound to is kept aside in
+// dbbus.UnroutableGroup instead of failing and holding back the
+// aggregate's next event.
+func TestDefaultBusSurvivesAClose(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	path := filepath.Join(t.TempDir(), "bento.db")
+	s, err := embedded.Open(ctx, &embedded.Config{Path: path})
+	require.NoError(t, err)
+	require.NotNil(t, s.Bus, "the database bus is the default")
+	assert.Nil(t, s.Memory)
+	require.NoError(t, s.DB.AutoMigrate(&Account{}))
+	require.NoError(t, dbbus.DeclareGroup(ctx, s.DB, "ledger", "account.deposited"))
+	require.NoError(t, openAccount(ctx, s.Units, "acc-1"))
+	res, err := s.Projector.Drain(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 2, res.Published, "both events relayed, the unconsumed one too")
+	require.NoError(t, s.Close())
+
+	s, err = embedded.Open(ctx, &embedded.Config{Path: path})
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, s.Close()) }()
+	parked, err := dbbus.Depth(ctx, s.DB, dbbus.UnroutableGroup)
+	require.NoError(t, err)
+	assert.Equal(t, 1, parked, "account.opened is kept aside")
+	msgs, err := s.Bus.Subscriber().Subscribe(ctx, "ledger")
+	require.NoError(t, err)
+	select {
+	case m := <-msgs:
+		assert.Equal(t, "account.deposited", m.Metadata.Get(messaging.MetaEventType))
+		assert.Equal(t, "2", m.Metadata.Get(messaging.MetaAggregateVersion))
+		m.Ack()
+	case <-time.After(5 * time.Second):
+		t.Fatal("the relayed event was lost when the stack closed")
 	}
 }
 
@@ -155,12 +197,12 @@ func TestCommitsWakeTheProjector(t *testing.T) {
 	require.NoError(t, err)
 	defer s.Close()
 	require.NoError(t, s.DB.AutoMigrate(&Account{}))
-	require.NoError(t, s.Bus.DeclareQueue("audit", "account.*"))
+	require.NoError(t, dbbus.DeclareGroup(ctx, s.DB, "audit", "account.*"))
 	go func() { _ = s.Projector.Run(ctx) }()
 	time.Sleep(50 * time.Millisecond) // the projector's first pass found nothing and sleeps
 	require.NoError(t, openAccount(ctx, s.Units, "acc-1"))
 	afterCommit.Wait()
-	msgs, err := s.Bus.Subscriber("audit").Subscribe(ctx, "")
+	msgs, err := s.Bus.Subscriber().Subscribe(ctx, "audit")
 	require.NoError(t, err)
 	for _, want := range []string{"account.opened", "account.deposited"} {
 		select {
@@ -174,7 +216,7 @@ func TestCommitsWakeTheProjector(t *testing.T) {
 }
 
 // TestOpenWithYourDatabaseAndPublisher: Config.DB and Config.Publisher
-// replace the SQLite file and the in-memory bus; Close leaves both open.
+// replace the SQLite file and the database bus; Close leaves both open.
 func TestOpenWithYourDatabaseAndPublisher(t *testing.T) {
 	ctx := context.Background()
 	db, err := embedded.OpenSQLite(filepath.Join(t.TempDir(), "mine.db"), nil)
@@ -185,6 +227,7 @@ func TestOpenWithYourDatabaseAndPublisher(t *testing.T) {
 	require.NoError(t, err)
 	assert.Same(t, db, s.DB)
 	assert.Nil(t, s.Bus, "no bus of its own")
+	assert.Nil(t, s.Memory, "no bus of its own")
 	require.NoError(t, s.Close())
 	sqlDB, err := db.DB()
 	require.NoError(t, err)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/bentoevents/bento/aggregate"
+	"github.com/bentoevents/bento/dbbus"
 	"github.com/bentoevents/bento/embedded"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/uow"
@@ -34,9 +35,9 @@ func ExampleOpen() {
 	defer os.RemoveAll(dir)
 
 	// One call: a SQLite file with bento's tables, the outbox store, a
-	// projector relaying to an in-memory bus, and units of work.
-	// embedded.Config{DB: postgres, Publisher: rabbitmq} is the same
-	// wiring in production.
+	// projector relaying to the database bus in the same file, and units
+	// of work. embedded.Config{DB: postgres} is the same wiring on
+	// PostgreSQL; add Publisher: rabbitmq to relay to RabbitMQ instead.
 	stack, err := embedded.Open(ctx, &embedded.Config{Path: filepath.Join(dir, "shop.db")})
 	if err != nil {
 		log.Fatal(err)
@@ -45,8 +46,8 @@ func ExampleOpen() {
 	if err := stack.DB.AutoMigrate(&Order{}); err != nil {
 		log.Fatal(err)
 	}
-	// A group's queue, as consumer.NewMemory declares it.
-	if err := stack.Bus.DeclareQueue("billing", "order.*"); err != nil {
+	// A group's queue, as a consumer of the group declares it.
+	if err := dbbus.DeclareGroup(ctx, stack.DB, "billing", "order.*"); err != nil {
 		log.Fatal(err)
 	}
 
@@ -65,7 +66,7 @@ func ExampleOpen() {
 	}
 	fmt.Println("relayed:", res.Published)
 
-	msgs, err := stack.Bus.Subscriber("billing").Subscribe(ctx, "")
+	msgs, err := stack.Bus.Subscriber().Subscribe(ctx, "billing")
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/consumer"
-	"github.com/bentoevents/bento/messaging"
+	"github.com/bentoevents/bento/dbbus"
 	"github.com/bentoevents/bento/rabbitmq"
 )
 
@@ -31,24 +31,25 @@ type bus struct {
 	pub         message.Publisher
 	newConsumer func(db *gorm.DB, cfg *consumer.Config) (*consumer.Consumer, error)
 	close       func()
-	// amqp is the broker's config; nil on the in-memory bus.
+	// amqp is the broker's config; nil on the database bus.
 	amqp *rabbitmq.Config
 }
 
-// memoryBus is minishop's wiring of the in-memory bus mem: each group's
-// partition queues. An event no group consumes (stock.reserved,
-// stock.released) goes to mem's alternate queue, as it goes to the
-// alternate exchange on RabbitMQ, instead of failing as unroutable.
-func memoryBus(mem *messaging.MemoryBus) (*bus, error) {
+// databaseBus is minishop's wiring of the database bus b on db (the
+// embedded default, and PostgreSQL without a broker): each group's
+// partition queues, rows in db. An event no group consumes (stock.reserved,
+// stock.released) is kept in dbbus.UnroutableGroup, as RabbitMQ parks it
+// in the alternate exchange's queue, instead of failing as unroutable.
+func databaseBus(ctx context.Context, db *gorm.DB, b *dbbus.Bus) (*bus, error) {
 	for group, topics := range groupBindings {
-		if err := mem.DeclarePartitions(group, consumer.DefaultPartitions, topics...); err != nil {
+		if err := dbbus.DeclarePartitions(ctx, db, group, consumer.DefaultPartitions, topics...); err != nil {
 			return nil, err
 		}
 	}
 	return &bus{
-		pub: mem,
+		pub: b,
 		newConsumer: func(db *gorm.DB, cfg *consumer.Config) (*consumer.Consumer, error) {
-			return consumer.NewMemory(db, mem, cfg)
+			return consumer.NewDatabase(db, b, cfg)
 		},
 		close: func() {},
 	}, nil

@@ -63,8 +63,24 @@ func TestRelayKilledOnPostgresAndRabbitMQ(t *testing.T) {
 	for group := range groupBindings {
 		ex.Partitioned(group, consumer.DefaultPartitions)
 	}
-	env := []string{"DATABASE_URL=" + dsn, "AMQP_URL=" + amqpURL, "MINISHOP_EXCHANGE=" + exchange}
+	relayKilled(t, db, []string{"DATABASE_URL=" + dsn, "AMQP_URL=" + amqpURL, "MINISHOP_EXCHANGE=" + exchange})
+}
 
+// TestRelayKilledOnPostgresWithoutBroker is
+// TestRelayKilledOnPostgresAndRabbitMQ on PostgreSQL alone: the serve,
+// worker and relay processes share the database bus.
+func TestRelayKilledOnPostgresWithoutBroker(t *testing.T) {
+	testenv.Stress(t)
+	db, dsn := testenv.Postgres(t)
+	relayKilled(t, db, []string{"DATABASE_URL=" + dsn, "AMQP_URL="})
+}
+
+// relayKilled runs minishop as separate processes with env (serve, two
+// workers, a relay) on db, places, pays and cancels orders over HTTP,
+// kills the relay with SIGKILL mid-stream and starts a new one, and checks
+// the invariants once everything is applied.
+func relayKilled(t *testing.T, db *gorm.DB, env []string) {
+	t.Helper()
 	api := start(t, env, "-addr", "127.0.0.1:0", "serve")
 	start(t, env, "worker")
 	start(t, env, "worker")

@@ -9,10 +9,13 @@
 //	go run ./examples/minishop [flags] [all|serve|relay|worker|migrate]
 //
 // With no DATABASE_URL and no AMQP_URL it runs on an embedded SQLite file
-// (-db, default minishop.db) and the in-memory bus, so it needs no services.
-// DATABASE_URL=postgres://... selects PostgreSQL and AMQP_URL=amqp://...
-// RabbitMQ, with the topic exchange MINISHOP_EXCHANGE (default
-// minishop.events).
+// (-db, default minishop.db) and the database bus (its queues are tables
+// in that file), so it needs no services and loses nothing when killed.
+// DATABASE_URL=postgres://... selects PostgreSQL, with the database bus in
+// PostgreSQL (no broker), and AMQP_URL=amqp://... RabbitMQ instead of the
+// database bus, with the topic exchange MINISHOP_EXCHANGE (default
+// minishop.events). -lease shortens how long what a killed process held
+// waits before it is taken over (bento's defaults: 10 to 30 s).
 //
 // The HTTP API also serves the operator console (package console) at
 // /console/: the outbox backlog, a chart of the relay's activity, and the
@@ -21,8 +24,8 @@
 // Subcommands: all (the default: HTTP API, projector and consumers in one
 // process), serve (HTTP API only), relay (projector only), worker (consumers
 // only), migrate (create the tables and exit). Several relay and worker
-// processes may run at once; they need RabbitMQ, since the in-memory bus only
-// connects the parts of one process. SIGINT and SIGTERM shut down gracefully.
+// processes may run at once, on either bus. SIGINT and SIGTERM shut down
+// gracefully.
 package main
 
 import (
@@ -44,6 +47,8 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/bentoevents/bento/consumer"
+	"github.com/bentoevents/bento/dbbus"
 	"github.com/bentoevents/bento/embedded"
 	"github.com/bentoevents/bento/housekeeping"
 	"github.com/bentoevents/bento/projector"
@@ -70,6 +75,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", "127.0.0.1:8080", "HTTP listen address")
 	dbPath := fs.String("db", "minishop.db", "SQLite file used when DATABASE_URL is not set")
+	lease := fs.Duration("lease", 0, "how long what a killed process held (relay claims, bus deliveries, consumer partitions) waits before another process, or the restarted one, takes it over (0: bento's defaults)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: minishop [flags] [all|serve|relay|worker|migrate]")
 		fs.PrintDefaults()
@@ -95,15 +101,15 @@ func run(args []string, stderr io.Writer) int {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	dbURL, amqpURL := os.Getenv("DATABASE_URL"), os.Getenv("AMQP_URL")
-	if (mode == "relay" || mode == "worker") && amqpURL == "" {
-		log.Error("minishop: " + mode + " needs RabbitMQ (set AMQP_URL): the in-memory bus only connects the parts of one process; use all")
-		return exitUsage
-	}
 	log.Info("minishop: "+describe(dbURL, amqpURL, *dbPath), "mode", mode)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := serve(ctx, log, mode, *addr, dbURL, amqpURL, *dbPath); err != nil {
+	if *lease < 0 {
+		fmt.Fprintf(stderr, "minishop: -lease %v is negative\n", *lease)
+		return exitUsage
+	}
+	if err := serve(ctx, log, mode, *addr, dbURL, amqpURL, *dbPath, *lease); err != nil {
 		log.Error("minishop: stopped with an error", "err", err)
 		return exitError
 	}
@@ -116,24 +122,27 @@ func describe(dbURL, amqpURL, path string) string {
 	if dbURL != "" {
 		db = "PostgreSQL (DATABASE_URL)"
 	}
-	b := "the in-memory bus"
+	b := "the database bus (queues in the same database)"
 	if amqpURL != "" {
 		b = "RabbitMQ (AMQP_URL)"
 	}
 	msg := "using " + db + " and " + b
-	if dbURL == "" || amqpURL == "" {
-		msg += "; set DATABASE_URL=postgres://... and AMQP_URL=amqp://... for PostgreSQL and RabbitMQ"
+	if dbURL == "" {
+		msg += "; set DATABASE_URL=postgres://... for PostgreSQL, and AMQP_URL=amqp://... for RabbitMQ"
 	}
 	return msg
 }
 
-// serve runs mode until ctx ends.
-func serve(ctx context.Context, log *slog.Logger, mode, addr, dbURL, amqpURL, path string) error {
+// serve runs mode until ctx ends. A nonzero lease replaces bento's defaults
+// for how long what a killed process held stays reserved: the relay's
+// claims, the database bus's deliveries (its visibility timeout) and the
+// consumers' partitions (their takeover time).
+func serve(ctx context.Context, log *slog.Logger, mode, addr, dbURL, amqpURL, path string, lease time.Duration) error {
 	reg := newRegistry()
 	cfg := &embedded.Config{
 		Path:      path,
 		Units:     &uow.Config{Producer: "minishop", Registerer: reg},
-		Projector: &projector.Config{Logger: log, Registerer: reg},
+		Projector: &projector.Config{Logger: log, Registerer: reg, Lease: lease, PublishTimeout: lease / 2},
 	}
 	if dbURL != "" {
 		db, err := gorm.Open(postgres.Open(dbURL), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
@@ -153,18 +162,27 @@ func serve(ctx context.Context, log *slog.Logger, mode, addr, dbURL, amqpURL, pa
 		}
 		defer b.close()
 		cfg.Publisher = b.pub
+	} else {
+		cfg.Bus = &dbbus.Config{VisibilityTimeout: lease, Logger: log}
 	}
 	// One call wires the database (bento's tables included), the outbox,
-	// the projector and the units of work; on the embedded default also the
-	// in-memory bus.
+	// the projector and the units of work; with no broker also the
+	// database bus, in the same database.
 	stack, err := embedded.Open(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer stack.Close()
 	if b == nil {
-		if b, err = memoryBus(stack.Bus); err != nil {
+		if b, err = databaseBus(ctx, stack.DB, stack.Bus); err != nil {
 			return fmt.Errorf("open bus: %w", err)
+		}
+	}
+	if lease > 0 {
+		newConsumer := b.newConsumer
+		b.newConsumer = func(db *gorm.DB, cfg *consumer.Config) (*consumer.Consumer, error) {
+			cfg.TakeoverTime = lease
+			return newConsumer(db, cfg)
 		}
 	}
 	a := newApp(stack.DB, stack.Units, b, log, reg)

@@ -147,7 +147,7 @@ func do(t *testing.T, req *http.Request) response {
 	return response{status: res.StatusCode, header: res.Header, body: b}
 }
 
-// startEmbedded starts minishop on a fresh SQLite file and the in-memory bus.
+// startEmbedded starts minishop on a fresh SQLite file and the database bus.
 func startEmbedded(t *testing.T) *proc {
 	t.Helper()
 	p, _ := embeddedAt(t)
@@ -182,7 +182,7 @@ func TestHappyPathOnTheEmbeddedDefault(t *testing.T) {
 	p := startEmbedded(t)
 	first := strings.SplitN(p.log(), "\n", 2)[0]
 	assert.Contains(t, first, "embedded SQLite", "the first log line names the database")
-	assert.Contains(t, first, "in-memory bus")
+	assert.Contains(t, first, "the database bus", "and the bus: the database bus by default")
 
 	r := call(t, "POST", p.url+"/orders", `{"customer_id":"c1","items":[{"sku":"apple","qty":2},{"sku":"coffee","qty":1}]}`, nil)
 	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
@@ -332,9 +332,9 @@ func TestSubcommandsAndFlags(t *testing.T) {
 	}
 	code, out := exitCode(nil, "frobnicate")
 	assert.Equal(t, 2, code, out)
-	code, out = exitCode([]string{"AMQP_URL="}, "relay")
+	code, out = exitCode(nil, "-lease", "-1s", "relay")
 	assert.Equal(t, 2, code, out)
-	assert.Contains(t, out, "needs RabbitMQ")
+	assert.Contains(t, out, "-lease -1s is negative")
 	code, out = exitCode([]string{"DATABASE_URL=", "AMQP_URL="}, "-db", filepath.Join(t.TempDir(), "m.db"), "migrate")
 	assert.Equal(t, 0, code, out)
 	assert.Contains(t, out, "migrated")

@@ -5,7 +5,8 @@
 //
 // It places and pays one order, then waits until the consumer has applied
 // both events. With DATABASE_URL and AMQP_URL set it runs on PostgreSQL and
-// RabbitMQ; without, on a SQLite file and the in-memory bus:
+// RabbitMQ; without, on a SQLite file and the database bus (queues in that
+// file); with DATABASE_URL alone, on PostgreSQL and the database bus:
 //
 //	go run ./examples/quickstart
 //	go run ./examples/quickstart -break-publishing 5s
@@ -34,6 +35,7 @@ import (
 
 	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/consumer"
+	"github.com/bentoevents/bento/dbbus"
 	"github.com/bentoevents/bento/embedded"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
@@ -113,7 +115,7 @@ type Notification struct {
 type config struct {
 	DatabaseURL string        // PostgreSQL; empty: the SQLite file at DBPath
 	DBPath      string        // the SQLite file
-	AMQPURL     string        // RabbitMQ; empty: the in-memory bus
+	AMQPURL     string        // RabbitMQ; empty: the database bus
 	Exchange    string        // RabbitMQ's topic exchange
 	Group       string        // the consumer group (and its queue)
 	BreakFor    time.Duration // how long publishing fails at first
@@ -157,17 +159,26 @@ type bus struct {
 
 // openBus declares the consumer group's partition queues before anything
 // is published, so no event is relayed while the group has nowhere to
-// receive it. Event types no group consumes go to an alternate queue: the
-// in-memory bus has one, as bento declares one on RabbitMQ.
-func openBus(ctx context.Context, cfg config, topics ...string) (*bus, func(), error) {
+// receive it. Without a broker the bus is the database bus, in db: its
+// queues are tables, so nothing relayed is lost if the process dies.
+// Event types no group consumes are kept aside: the database bus keeps
+// them in dbbus.UnroutableGroup, as bento's alternate exchange does on
+// RabbitMQ.
+func openBus(ctx context.Context, cfg config, db *gorm.DB, topics ...string) (*bus, func(), error) {
 	if cfg.AMQPURL == "" {
-		mem := messaging.NewMemoryBus()
-		if err := mem.DeclarePartitions(cfg.Group, consumer.DefaultPartitions, topics...); err != nil {
+		if err := dbbus.Migrate(ctx, db); err != nil {
 			return nil, nil, err
 		}
-		return &bus{pub: mem, newConsumer: func(db *gorm.DB, cc *consumer.Config) (*consumer.Consumer, error) {
-			return consumer.NewMemory(db, mem, cc)
-		}}, func() { _ = mem.Close() }, nil
+		if err := dbbus.DeclarePartitions(ctx, db, cfg.Group, consumer.DefaultPartitions, topics...); err != nil {
+			return nil, nil, err
+		}
+		dbb, err := dbbus.New(db, &dbbus.Config{Logger: cfg.Log})
+		if err != nil {
+			return nil, nil, err
+		}
+		return &bus{pub: dbb, newConsumer: func(db *gorm.DB, cc *consumer.Config) (*consumer.Consumer, error) {
+			return consumer.NewDatabase(db, dbb, cc)
+		}}, func() { _ = dbb.Close() }, nil
 	}
 	amqpCfg := &rabbitmq.Config{URL: cfg.AMQPURL, Exchange: cfg.Exchange, Logger: cfg.Log}
 	if err := consumer.Declare(ctx, amqpCfg, &consumer.Config{Group: cfg.Group}, topics...); err != nil {
@@ -225,7 +236,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	if sqlDB, err := db.DB(); err == nil {
 		defer sqlDB.Close()
 	}
-	b, closeBus, err := openBus(ctx, cfg, "order.placed", "order.paid")
+	b, closeBus, err := openBus(ctx, cfg, db, "order.placed", "order.paid")
 	if err != nil {
 		return fmt.Errorf("open bus: %w", err)
 	}

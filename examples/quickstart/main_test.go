@@ -72,6 +72,20 @@ func TestQuickstartOnPostgresAndRabbitMQ(t *testing.T) {
 	requireStory(t, out.String(), db)
 }
 
+// TestQuickstartOnPostgresWithoutBroker runs the quickstart with
+// DATABASE_URL and no AMQP_URL: the database bus in PostgreSQL.
+func TestQuickstartOnPostgresWithoutBroker(t *testing.T) {
+	t.Parallel()
+	db, dsn := testenv.Postgres(t)
+	var out bytes.Buffer
+	cfg := config{DatabaseURL: dsn, Group: "quickstart.notification", BreakFor: time.Second, Log: quiet()}
+	require.NoError(t, run(context.Background(), cfg, &out))
+	requireStory(t, out.String(), db)
+	var queued int64
+	require.NoError(t, db.Table("dbbus_deliveries").Count(&queued).Error)
+	assert.Zero(t, queued, "both events went through the database bus and were acknowledged")
+}
+
 // TestPlaceOrderRefusesABadTotal shows the aggregate validating before it
 // records: nothing is pending after a refusal.
 func TestPlaceOrderRefusesABadTotal(t *testing.T) {
