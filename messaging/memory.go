@@ -224,7 +224,7 @@ func (b *MemoryBus) Publish(topic string, msgs ...*message.Message) error {
 		for _, m := range msgs {
 			q := r.q
 			if r.set != nil {
-				q = r.set.queues[partitionOf(PartitionKey(m), len(r.set.queues))]
+				q = r.set.queues[PartitionOf(PartitionKey(m), len(r.set.queues))]
 			}
 			q.items = append(q.items, copyMessage(m))
 			b.dispatchLocked(q)

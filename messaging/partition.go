@@ -32,8 +32,12 @@ func partitionKey(id, tenant, aggType, aggID string) string {
 	return tenant + "|" + aggType + "|" + aggID
 }
 
-// partitionOf returns the partition of key among n on the memory bus.
-func partitionOf(key string, n int) int {
+// PartitionOf returns the partition, 0 to n-1, that a message whose
+// [PartitionKey] is key goes to among n, on the memory bus and the
+// database bus (package dbbus): the FNV-1a 64-bit hash of key modulo n.
+// RabbitMQ's consistent-hash exchange chooses by its own hash. n must be
+// positive.
+func PartitionOf(key string, n int) int {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(key))
 	return int(h.Sum64() % uint64(n))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/bentoevents/bento/dbbus"
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/messaging/bustest"
@@ -17,8 +18,51 @@ import (
 )
 
 // The suite runs on every publisher and subscriber bento ships: the memory
-// bus with group and partition subscribers, and RabbitMQ with both
-// publishers, each with group and partition subscribers.
+// bus with group and partition subscribers, RabbitMQ with both
+// publishers, each with group and partition subscribers, and the database
+// bus (package dbbus) on PostgreSQL and SQLite.
+
+// databaseBus returns a Factory whose every Bus is a dbbus.Bus on a fresh
+// database of backend b, each group declared with its topics.
+func databaseBus(b testenv.Backend) bustest.Factory {
+	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
+	return func(t bustest.TB) *bustest.Bus {
+		t.Helper()
+		tt, ok := t.(testing.TB)
+		if !ok {
+			t.Fatalf("the database bus Factory needs a testing.TB, got %T", t)
+		}
+		db := b.Open(tt)
+		if err := dbbus.Migrate(tt.Context(), db); err != nil {
+			t.Fatalf("migrate: %v", err)
+		}
+		bus, err := dbbus.New(db, &dbbus.Config{Logger: discard})
+		if err != nil {
+			t.Fatalf("new bus: %v", err)
+		}
+		t.Cleanup(func() { _ = bus.Close() })
+		return &bustest.Bus{
+			Publisher: bus,
+			NewSubscriber: func(_ bustest.TB, group string, topics []string) (message.Subscriber, error) {
+				if err := dbbus.DeclareGroup(tt.Context(), db, group, topics...); err != nil {
+					return nil, err
+				}
+				return bus.Subscriber(), nil
+			},
+			OrderedPerTopic: true,
+		}
+	}
+}
+
+func TestDatabaseBusConforms(t *testing.T) {
+	t.Parallel()
+	for _, b := range testenv.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			bustest.Run(t, databaseBus(b))
+		})
+	}
+}
 
 // memoryBus is a Factory over a fresh messaging.MemoryBus whose groups are
 // plain queues (MemoryBus.Subscriber).

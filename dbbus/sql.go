@@ -1,0 +1,138 @@
+package dbbus
+
+import "github.com/bentoevents/bento/internal/dialect"
+
+// The statements that matter, per dialect. Each reads or writes the rows it
+// names through an index: the claim through dbbus_deliveries_ready, the
+// rescue through dbbus_deliveries_leased, acks and releases by primary key.
+
+// NotifyChannel is the PostgreSQL channel a publishing transaction notifies,
+// once, with its schema (current_schema()) as payload. Subscribers LISTEN on
+// it as a hint to claim at once; polling stays the fallback.
+const NotifyChannel = "bento_dbbus"
+
+// UnroutableGroup is the reserved group that keeps the messages no binding
+// matches: each gets one delivery row in it, which [Depth] counts and a
+// subscriber of the group reads. It is the name the memory bus
+// (messaging.MemoryUnroutableQueue) and RabbitMQ use for the same role.
+const UnroutableGroup = "bento.unroutable"
+
+// statements is the SQL of one dialect.
+type statements struct {
+	// claim leases up to @limit ready deliveries of @group, lowest id
+	// first, with @token for @ms milliseconds; it returns id, message_id
+	// and attempts.
+	claim string
+	// rescue makes up to @limit expired leases of @group ready again,
+	// counting an attempt (the holder crashed or stalled).
+	rescue string
+	// lockBodies locks the body rows of the message ids given, in id
+	// order, to serialise the acks of one message's deliveries (empty: the
+	// database serialises writers anyway).
+	lockBodies string
+	// own makes @owner the owner of @queue for @ms milliseconds, when the
+	// queue has no owner, its owner's lease has lapsed or @owner owns it
+	// already (a renewal); it returns the owner when it did.
+	own string
+	// renew extends, to @ms milliseconds from now, the leases of the
+	// deliveries ? (ids) still leased under token ?.
+	renew string
+}
+
+var pgStatements = statements{
+	claim: `WITH ready AS (
+	SELECT id FROM dbbus_deliveries
+	WHERE group_name = @group AND lease_token IS NULL
+	ORDER BY id
+	LIMIT @limit
+	FOR UPDATE SKIP LOCKED
+)
+UPDATE dbbus_deliveries AS d
+SET lease_token = @token, leased_until = now() + @ms * interval '1 millisecond'
+FROM ready
+WHERE d.id = ready.id
+RETURNING d.id, d.message_id, d.attempts`,
+	rescue: `UPDATE dbbus_deliveries
+SET lease_token = NULL, leased_until = NULL, attempts = attempts + 1
+WHERE id IN (
+	SELECT id FROM dbbus_deliveries
+	WHERE group_name = @group AND lease_token IS NOT NULL AND leased_until < now()
+	ORDER BY leased_until
+	LIMIT @limit
+	FOR UPDATE SKIP LOCKED
+) AND lease_token IS NOT NULL AND leased_until < now()`,
+	lockBodies: `SELECT id FROM dbbus_messages WHERE id IN ? ORDER BY id FOR UPDATE`,
+	own: `INSERT INTO dbbus_queue_owners (queue, owner, leased_until)
+VALUES (@queue, @owner, now() + @ms * interval '1 millisecond')
+ON CONFLICT (queue) DO UPDATE SET owner = excluded.owner, leased_until = excluded.leased_until
+WHERE dbbus_queue_owners.owner = excluded.owner OR dbbus_queue_owners.leased_until < now()
+RETURNING owner`,
+	renew: `UPDATE dbbus_deliveries SET leased_until = now() + ? * interval '1 millisecond'
+WHERE id IN ? AND lease_token = ?`,
+}
+
+// sqliteNow is the database's clock in milliseconds since the Unix epoch.
+const sqliteNow = `CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)`
+
+var sqliteStatements = statements{
+	claim: `UPDATE dbbus_deliveries
+SET lease_token = @token, leased_until = ` + sqliteNow + ` + @ms
+WHERE id IN (
+	SELECT id FROM dbbus_deliveries
+	WHERE group_name = @group AND lease_token IS NULL
+	ORDER BY id
+	LIMIT @limit
+)
+RETURNING id, message_id, attempts`,
+	rescue: `UPDATE dbbus_deliveries
+SET lease_token = NULL, leased_until = NULL, attempts = attempts + 1
+WHERE id IN (
+	SELECT id FROM dbbus_deliveries
+	WHERE group_name = @group AND lease_token IS NOT NULL AND leased_until < ` + sqliteNow + `
+	ORDER BY leased_until
+	LIMIT @limit
+) AND lease_token IS NOT NULL AND leased_until < ` + sqliteNow,
+	own: `INSERT INTO dbbus_queue_owners (queue, owner, leased_until)
+VALUES (@queue, @owner, ` + sqliteNow + ` + @ms)
+ON CONFLICT (queue) DO UPDATE SET owner = excluded.owner, leased_until = excluded.leased_until
+WHERE dbbus_queue_owners.owner = excluded.owner OR dbbus_queue_owners.leased_until < ` + sqliteNow + `
+RETURNING owner`,
+	renew: `UPDATE dbbus_deliveries SET leased_until = ` + sqliteNow + ` + ?
+WHERE id IN ? AND lease_token = ?`,
+}
+
+func statementsFor(d dialect.Dialect) *statements {
+	if d == dialect.Postgres {
+		return &pgStatements
+	}
+	return &sqliteStatements
+}
+
+// Statements shared by both dialects.
+const (
+	// deleteDeliveries is the fenced ack: only the lease holder's token
+	// matches. It returns the ids deleted.
+	deleteDeliveries = `DELETE FROM dbbus_deliveries WHERE id IN ? AND lease_token = ? RETURNING id`
+	// deleteBodies removes the bodies, of the message ids given, that no
+	// delivery references any more.
+	deleteBodies = `DELETE FROM dbbus_messages WHERE id IN ?
+AND NOT EXISTS (SELECT 1 FROM dbbus_deliveries AS d WHERE d.message_id = dbbus_messages.id)`
+	// nackDelivery makes a delivery ready again at once, counting a failed
+	// attempt.
+	nackDelivery = `UPDATE dbbus_deliveries
+SET lease_token = NULL, leased_until = NULL, attempts = attempts + 1
+WHERE id = ? AND lease_token = ?`
+	// takeOver makes the deliveries of @queue leased under another token
+	// than @owner ready again, counting a failed attempt: a new owner of
+	// the queue runs it once, so that what its previous owner held (it
+	// died, or lost the queue) comes first again, in order.
+	takeOver = `UPDATE dbbus_deliveries
+SET lease_token = NULL, leased_until = NULL, attempts = attempts + 1
+WHERE group_name = @queue AND lease_token IS NOT NULL AND lease_token <> @owner`
+	// disown ends @owner's ownership of @queue.
+	disown = `DELETE FROM dbbus_queue_owners WHERE queue = @queue AND owner = @owner`
+	// releaseDeliveries gives deliveries back without counting an attempt.
+	releaseDeliveries = `UPDATE dbbus_deliveries
+SET lease_token = NULL, leased_until = NULL
+WHERE id IN ? AND lease_token = ?`
+)
