@@ -14,20 +14,13 @@ import (
 	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
-	"github.com/bentoevents/bento/rabbitmq"
 )
 
 // declareFirst declares the suite's partitions before the consumer runs,
 // so that events published before it starts wait in their queues.
 func declareFirst(t *testing.T, s *holdSuite, cfg *consumer.Config) {
 	t.Helper()
-	if s.bus != nil {
-		require.NoError(t, s.bus.DeclarePartitions(s.group, cfg.Partitions, Step{}.EventType()))
-		return
-	}
-	spec := consumer.PartitionSpec(s.amqp.Exchange, cfg)
-	spec.Patterns = []string{Step{}.EventType()}
-	require.NoError(t, rabbitmq.DeclarePartitions(t.Context(), s.amqp, spec))
+	s.declarePartitions(t, cfg, Step{}.EventType())
 }
 
 // waitCommitted waits until every aggregate of aggs has versions 1..n

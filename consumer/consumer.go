@@ -15,6 +15,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"gorm.io/gorm"
 
+	"github.com/bentoevents/bento/dbbus"
 	"github.com/bentoevents/bento/inbox"
 	"github.com/bentoevents/bento/internal/conf"
 	"github.com/bentoevents/bento/internal/tracing"
@@ -28,14 +29,15 @@ import (
 // have declared the group's partition queues, and Subscribe(ctx,
 // messaging.PartitionQueue(group, p)) must consume partition p, with a
 // single active consumer across every instance, as the subscribers of
-// rabbitmq.NewPartitionSubscriber and MemoryBus.PartitionSubscriber do.
+// rabbitmq.NewPartitionSubscriber, MemoryBus.PartitionSubscriber and
+// dbbus.Bus.PartitionSubscriber do.
 type SubscriberFactory func(patterns []string) (message.Subscriber, error)
 
 // Consumer runs typed handlers for one consumer group: each message is
 // decoded, deduplicated by the inbox, handled in the inbox's transaction,
 // retried with backoff when it fails, and dead-lettered when it keeps
-// failing or cannot be decoded. Build it with NewAMQP, NewMemory or New,
-// add handlers with Handle, then Run.
+// failing or cannot be decoded. Build it with NewAMQP, NewMemory,
+// NewDatabase or New, add handlers with Handle, then Run.
 type Consumer struct {
 	cfg       Config
 	db        *gorm.DB
@@ -175,6 +177,58 @@ func NewMemory(db *gorm.DB, bus *messaging.MemoryBus, cfg *Config) (*Consumer, e
 	}
 	deadQueue := DeadLetterQueue(cfg.Group)
 	c.deadDepth = func(context.Context) (int, error) { return bus.Depth(deadQueue) }
+	return c, nil
+}
+
+// NewDatabase returns a consumer of group cfg.Group on the database bus
+// (package dbbus), whose tables live in the database bus's db (dbbus.Migrate
+// created them; it may be db itself): with Partitions, of the group's
+// partition queues (dbbus.DeclarePartitions, bound by Run to the event
+// types of its handlers), each consumed with bus.PartitionSubscriber, a
+// single active consumer per partition across every process; without, of
+// the group declared with dbbus.DeclareGroup, its subscriptions competing.
+// Dead letters are published on bus under DeadLetterTopic(group), bound to
+// the group DeadLetterQueue(group), declared here. cfg's zero fields take
+// their defaults.
+//
+// Errors: ErrInvalidConfig, dbbus.ErrTopologyMismatch (the group is
+// declared with another partition count, or partitioned where cfg is not,
+// or the reverse; Run returns it too), or the database's error.
+func NewDatabase(db *gorm.DB, bus *dbbus.Bus, cfg *Config) (*Consumer, error) {
+	if bus == nil {
+		return nil, fmt.Errorf("%w: nil bus", ErrInvalidConfig)
+	}
+	resolved, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	cfg = &resolved
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	topic := DeadLetterTopic(cfg.Group)
+	deadQueue := DeadLetterQueue(cfg.Group)
+	if err := dbbus.DeclareGroup(ctx, bus.DB(), deadQueue, topic); err != nil {
+		return nil, fmt.Errorf("consumer: declare dead-letter queue: %w", err)
+	}
+	newSub := func(patterns []string) (message.Subscriber, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if cfg.Partitions > 0 {
+			if err := dbbus.DeclarePartitions(ctx, bus.DB(), cfg.Group, cfg.Partitions, patterns...); err != nil {
+				return nil, err
+			}
+			return bus.PartitionSubscriber(cfg.BatchSize), nil
+		}
+		if err := dbbus.DeclareGroup(ctx, bus.DB(), cfg.Group, patterns...); err != nil {
+			return nil, err
+		}
+		return bus.Subscriber(), nil
+	}
+	c, err := newConsumer(db, newSub, bus, topic, cfg, tracing.SystemDatabase)
+	if err != nil {
+		return nil, err
+	}
+	c.deadDepth = func(ctx context.Context) (int, error) { return dbbus.Depth(ctx, bus.DB(), deadQueue) }
 	return c, nil
 }
 

@@ -128,18 +128,36 @@ func TestConsumerAppliesDuplicatesOnce(t *testing.T) {
 			run(t, c)
 		}
 		var msgs []string
+		var originals []*message.Message
 		for i := 0; i < 20; i++ {
 			m := eventMsg(t, "order.placed", 2, OrderPlaced{OrderID: fmt.Sprint(i), SKU: "apple", Qty: 1}, nil)
-			msgs = append(msgs, m.UUID)
+			msgs, originals = append(msgs, m.UUID), append(originals, m.Copy())
 			s.publish(t, "order.placed", m)
 			s.publish(t, "order.placed", m.Copy()) // the duplicate races the original
+		}
+		if h.dedupsHeld {
+			// The database bus drops the copies published while it held
+			// the original: only those the inbox sees are counted. Send
+			// each again once the bus has released it, so that the
+			// inbox sees at least 20 duplicates.
+			testenv.WaitFor(t, 30*time.Second, "every message applied", func() bool {
+				return s.counter(t, "bento_inbox_processed_total") == 20
+			})
+			dups := s.counter(t, "bento_inbox_duplicates_total")
+			for _, m := range originals {
+				h.released(t, m.UUID)
+				s.publish(t, "order.placed", m.Copy())
+			}
+			testenv.WaitFor(t, 30*time.Second, "every late duplicate acknowledged", func() bool {
+				return s.counter(t, "bento_inbox_duplicates_total") == dups+20
+			})
 		}
 		// Both counters: once (under the full suite's load, on SQLite) the
 		// last duplicate was counted a moment before the last original's
 		// effect could be read.
 		testenv.WaitFor(t, 30*time.Second, "every message applied and every duplicate acknowledged", func() bool {
 			return s.counter(t, "bento_inbox_processed_total") == 20 &&
-				s.counter(t, "bento_inbox_duplicates_total") == 20
+				(h.dedupsHeld || s.counter(t, "bento_inbox_duplicates_total") == 20)
 		})
 		assert.Equal(t, int64(20), s.effects(t))
 		assert.EqualValues(t, 20, calls.Load())

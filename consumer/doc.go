@@ -2,7 +2,8 @@
 // event exactly once, with retries and dead letters.
 //
 // A [Consumer] reads its group's queues on RabbitMQ ([NewAMQP]), the
-// in-memory bus ([NewMemory]) or any Watermill subscriber ([New]).
+// in-memory bus ([NewMemory]), the database bus of package dbbus
+// ([NewDatabase]) or any Watermill subscriber ([New]).
 //
 // A group is split into partitions ([Config].Partitions, 16 by default) by
 // a hash of each event's tenant, aggregate type and aggregate id. Each

@@ -94,7 +94,7 @@ func TestEndToEndExactlyOnce(t *testing.T) {
 			defer p.Close()
 			pub = p
 		} else {
-			pub = h.bus
+			pub = h.pub
 		}
 		pctx, stopProjectors := context.WithCancel(ctx)
 		var wg sync.WaitGroup

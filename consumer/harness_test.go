@@ -14,6 +14,7 @@ import (
 
 	"github.com/bentoevents/bento/aggregate"
 	"github.com/bentoevents/bento/consumer"
+	"github.com/bentoevents/bento/dbbus"
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
@@ -35,16 +36,52 @@ type harness struct {
 	deadLetters func(t *testing.T, group string, n int) []*message.Message
 	// amqp is the broker config (nil on the in-memory bus).
 	amqp *rabbitmq.Config
-	// bus is the in-memory bus (nil on RabbitMQ).
+	// bus is the in-memory bus (nil on RabbitMQ and the database bus).
 	bus *messaging.MemoryBus
+	// dbus is the database bus (nil on the other buses).
+	dbus *dbbus.Bus
+	// pub publishes to the bus, on the in-memory and database buses (nil
+	// on RabbitMQ, whose tests choose their publisher).
+	pub message.Publisher
+	// system is the messaging.system attribute of the bus's spans.
+	system string
+	// declarePartitions declares cfg's partition queues, bound to
+	// patterns, before a consumer runs.
+	declarePartitions func(t *testing.T, cfg *consumer.Config, patterns ...string)
+	// dedupsHeld reports that the bus itself drops a publish of a message
+	// (by UUID and topic) it still holds: the database bus does, so a
+	// duplicate published before the original was acked never reaches the
+	// inbox. Tests of the inbox's deduplication wait for released first.
+	dedupsHeld bool
 }
 
-// harnesses returns RabbitMQ with PostgreSQL and the in-memory bus with
-// SQLite.
+// released waits until the bus holds no delivery of the message with id:
+// on a bus that drops a publish of a message it still holds (dedupsHeld),
+// a copy published after it returns is delivered again. Other buses
+// deliver every publish; it returns at once.
+func (h *harness) released(t *testing.T, id string) {
+	t.Helper()
+	if !h.dedupsHeld {
+		return
+	}
+	testenv.WaitFor(t, 20*time.Second, "the bus to release message "+id, func() bool {
+		var n int64
+		require.NoError(t, h.db.Raw(`SELECT count(*) FROM dbbus_messages WHERE id = ?`, id).Scan(&n).Error)
+		return n == 0
+	})
+}
+
+// harnesses returns RabbitMQ with PostgreSQL, the in-memory bus with
+// SQLite, and the database bus on PostgreSQL and on SQLite.
 func harnesses() map[string]func(t *testing.T) *harness {
 	return map[string]func(t *testing.T) *harness{
 		"rabbitmq+postgres": rabbitHarness,
 		"memory+sqlite":     memoryHarness,
+		"dbbus+postgres": func(t *testing.T) *harness {
+			db, _ := testenv.Postgres(t)
+			return databaseHarness(t, "dbbus+postgres", db)
+		},
+		"dbbus+sqlite": func(t *testing.T) *harness { return databaseHarness(t, "dbbus+sqlite", testenv.SQLite(t)) },
 	}
 }
 
@@ -62,9 +99,14 @@ func memoryHarness(t *testing.T) *harness {
 	bus := messaging.NewMemoryBus()
 	t.Cleanup(func() { _ = bus.Close() })
 	return &harness{
-		name: "memory+sqlite",
-		db:   db,
-		bus:  bus,
+		name:   "memory+sqlite",
+		db:     db,
+		bus:    bus,
+		pub:    bus,
+		system: "bento_memory",
+		declarePartitions: func(t *testing.T, cfg *consumer.Config, patterns ...string) {
+			require.NoError(t, bus.DeclarePartitions(cfg.Group, cfg.Partitions, patterns...))
+		},
 		newConsumer: func(t *testing.T, cfg *consumer.Config) *consumer.Consumer {
 			c, err := consumer.NewMemory(db, bus, cfg)
 			require.NoError(t, err)
@@ -78,23 +120,74 @@ func memoryHarness(t *testing.T) *harness {
 			defer cancel()
 			msgs, err := bus.Subscriber(group+".dead", consumer.DeadLetterTopic(group)).Subscribe(ctx, "")
 			require.NoError(t, err)
-			var out []*message.Message
-			for {
-				idle := time.After(200 * time.Millisecond) // then what else is there
-				if len(out) < n {
-					idle = nil
-				}
-				select {
-				case m := <-msgs:
-					m.Ack()
-					out = append(out, m)
-				case <-idle:
-					return out
-				case <-ctx.Done():
-					t.Fatalf("%d of %d dead letters arrived", len(out), n)
-				}
-			}
+			return takeDead(t, ctx, msgs, n)
 		},
+	}
+}
+
+// databaseHarness is the database bus on db, which also holds the inbox.
+func databaseHarness(t *testing.T, name string, db *gorm.DB) *harness {
+	require.NoError(t, dbbus.Migrate(t.Context(), db))
+	bus, err := dbbus.New(db, &dbbus.Config{Logger: quiet, PollInterval: 50 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = bus.Close() })
+	return &harness{
+		name:   name,
+		db:     db,
+		dbus:   bus,
+		pub:    bus,
+		system: "bento_database",
+		// Publish drops a message it still holds: see released.
+		dedupsHeld: true,
+		declarePartitions: func(t *testing.T, cfg *consumer.Config, patterns ...string) {
+			require.NoError(t, dbbus.DeclarePartitions(t.Context(), db, cfg.Group, cfg.Partitions, patterns...))
+		},
+		newConsumer: func(t *testing.T, cfg *consumer.Config) *consumer.Consumer {
+			c, err := consumer.NewDatabase(db, bus, cfg)
+			require.NoError(t, err)
+			return c
+		},
+		publish: func(t *testing.T, topic string, msg *message.Message) {
+			require.NoError(t, bus.Publish(topic, msg))
+		},
+		deadLetters: func(t *testing.T, group string, n int) []*message.Message {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			sub := bus.Subscriber()
+			defer sub.Close()
+			msgs, err := sub.Subscribe(ctx, consumer.DeadLetterQueue(group))
+			require.NoError(t, err)
+			out := takeDead(t, ctx, msgs, n)
+			for _, m := range out {
+				// A delivered message's context ends once it is settled,
+				// and the database bus publishes under the message's
+				// context: the tests replay these.
+				m.SetContext(context.Background())
+			}
+			return out
+		},
+	}
+}
+
+// takeDead acks and returns the dead letters msgs delivers: at least n,
+// and any others that arrive within 200 ms after the n-th.
+func takeDead(t *testing.T, ctx context.Context, msgs <-chan *message.Message, n int) []*message.Message {
+	t.Helper()
+	var out []*message.Message
+	for {
+		idle := time.After(200 * time.Millisecond) // then what else is there
+		if len(out) < n {
+			idle = nil
+		}
+		select {
+		case m := <-msgs:
+			m.Ack()
+			out = append(out, m)
+		case <-idle:
+			return out
+		case <-ctx.Done():
+			t.Fatalf("%d of %d dead letters arrived", len(out), n)
+		}
 	}
 }
 
@@ -107,9 +200,15 @@ func rabbitHarness(t *testing.T) *harness {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
 	return &harness{
-		name: "rabbitmq+postgres",
-		db:   db,
-		amqp: cfg,
+		name:   "rabbitmq+postgres",
+		db:     db,
+		amqp:   cfg,
+		system: "rabbitmq",
+		declarePartitions: func(t *testing.T, ccfg *consumer.Config, patterns ...string) {
+			spec := consumer.PartitionSpec(cfg.Exchange, ccfg)
+			spec.Patterns = patterns
+			require.NoError(t, rabbitmq.DeclarePartitions(t.Context(), cfg, spec))
+		},
 		newConsumer: func(t *testing.T, ccfg *consumer.Config) *consumer.Consumer {
 			ex.Queues(ccfg.Group, ccfg.Group+".dead")
 			ex.Partitioned(ccfg.Group, ccfg.Partitions)

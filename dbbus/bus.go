@@ -16,6 +16,7 @@ import (
 	"github.com/bentoevents/bento/internal/dialect"
 	"github.com/bentoevents/bento/internal/migrate"
 	"github.com/bentoevents/bento/internal/pglisten"
+	"github.com/bentoevents/bento/internal/tracing"
 )
 
 var (
@@ -33,8 +34,9 @@ var migrationFiles embed.FS
 func Migrations() fs.FS { return migrate.Folder(migrationFiles) }
 
 // Migrate creates or upgrades the bus's tables (dbbus_messages,
-// dbbus_deliveries, dbbus_bindings) in db, PostgreSQL or SQLite. It is
-// idempotent and safe to run from several processes at once.
+// dbbus_deliveries, dbbus_bindings, dbbus_partitions, dbbus_queue_owners)
+// in db, PostgreSQL or SQLite. It is idempotent and safe to run from
+// several processes at once.
 func Migrate(ctx context.Context, db *gorm.DB) error {
 	if err := migrate.Up(ctx, db, "dbbus", Migrations()); err != nil {
 		return wrapDB("migrate", err)
@@ -113,6 +115,14 @@ func (b *Bus) Close() error {
 	b.wg.Wait()
 	return nil
 }
+
+// DB returns the database the bus's tables live in, for the package's
+// functions that take one ([DeclareGroup], [DeclarePartitions], [Depth]).
+func (b *Bus) DB() *gorm.DB { return b.db }
+
+// MessagingSystem returns "bento_database", the bus's messaging.system name
+// on spans.
+func (b *Bus) MessagingSystem() string { return tracing.SystemDatabase }
 
 // write runs fn, one write statement or transaction of the bus's own. On
 // SQLite, which has one writer at a time, the bus's writes queue for a Go

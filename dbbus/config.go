@@ -11,10 +11,12 @@ import (
 // default.
 type Config struct {
 	// VisibilityTimeout is how long a claimed delivery stays leased to its
-	// subscriber: one that is not acked, nacked or given back by then (its
-	// process died, or its handler hangs) becomes ready again and goes to
-	// another consumer of the group, counted as a failed attempt. Defaults
-	// to 30 s.
+	// subscriber without a renewal, and a partition queue owned by its
+	// subscription: a live subscription renews both three times per
+	// timeout, however slow its handler; those of a subscription whose
+	// process died (or lost the database) lapse, the deliveries becoming
+	// ready again for another consumer, counted as a failed attempt, and
+	// the partition open to another subscription. Defaults to 30 s.
 	VisibilityTimeout time.Duration
 	// PollInterval is how often an idle subscription looks for deliveries
 	// without being woken, and how often it makes expired leases ready

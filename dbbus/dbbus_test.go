@@ -406,3 +406,45 @@ func TestInProcessWake(t *testing.T) {
 		}
 	})
 }
+
+// TestSameUUIDOnAnotherTopic publishes a message, then, while it is still
+// held, a copy with the same UUID and other metadata on another topic, as
+// a consumer does when it dead-letters a message: the copy is a message of
+// its own, delivered with its own metadata and payload, while publishing
+// it again on the same topic (a relay's retry) still delivers it once.
+func TestSameUUIDOnAnotherTopic(t *testing.T) {
+	t.Parallel()
+	testenv.ForEachBackend(t, func(t *testing.T, _ testenv.Backend, db *gorm.DB) {
+		bus := setup(t, db, dbbus.Config{PollInterval: 20 * time.Millisecond})
+		ctx := t.Context()
+		require.NoError(t, dbbus.DeclareGroup(ctx, db, "billing", "order.paid"))
+		require.NoError(t, dbbus.DeclareGroup(ctx, db, "billing.dead", "bento-dead.billing"))
+		m := newMessage(`{"n":1}`)
+		require.NoError(t, bus.Publish("order.paid", m))
+		_, ch := subscribe(t, bus, "billing")
+		held := receive(t, ch, 5*time.Second)
+
+		dead := message.NewMessage(m.UUID, []byte(`{"n":1,"dead":true}`))
+		for k, v := range held.Metadata {
+			dead.Metadata.Set(k, v)
+		}
+		dead.Metadata.Set("bento_dead_reason", "permanent")
+		require.NoError(t, bus.Publish("bento-dead.billing", dead))
+		require.NoError(t, bus.Publish("bento-dead.billing", dead))
+		assert.Equal(t, 1, depth(t, db, "billing.dead"), "a copy on another topic is a message of its own, delivered once")
+		held.Ack()
+
+		_, deadCh := subscribe(t, bus, "billing.dead")
+		got := receive(t, deadCh, 5*time.Second)
+		assert.Equal(t, m.UUID, got.UUID)
+		assert.Equal(t, "permanent", got.Metadata.Get("bento_dead_reason"))
+		assert.JSONEq(t, `{"n":1,"dead":true}`, string(got.Payload))
+		got.Ack()
+		testenv.WaitFor(t, 5*time.Second, "both acks", func() bool {
+			return depth(t, db, "billing") == 0 && depth(t, db, "billing.dead") == 0
+		})
+		var bodies int64
+		require.NoError(t, db.Raw("SELECT count(*) FROM dbbus_messages").Scan(&bodies).Error)
+		assert.Zero(t, bodies, "a body outlived its last delivery")
+	})
+}

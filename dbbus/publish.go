@@ -22,9 +22,11 @@ const (
 // writes each message's body and one delivery row per group whose binding
 // matches topic (a delivery in [UnroutableGroup] when none does), and on
 // PostgreSQL notifies [NotifyChannel] once. A message whose UUID the bus
-// still holds (a delivery of it is not acked yet) is skipped: publishing it
-// again, as a relay does after a crash, delivers it once. The statement
-// context is the first message's.
+// still holds on topic (a delivery of it is not acked yet) is skipped:
+// publishing it again, as a relay does after a crash, delivers it once.
+// The same UUID on another topic, such as a dead letter that keeps its
+// message's UUID, is a message of its own. The statement context is the
+// first message's.
 //
 // Errors: messaging.ErrInvalidName for a bad topic, ErrClosed after Close,
 // wrapped database errors.
@@ -150,7 +152,7 @@ func (b *Bus) insert(tx *gorm.DB, topic string, groups []route, msgs []*message.
 	}
 	var fresh []string
 	if err := tx.Raw(`INSERT INTO dbbus_messages (id, topic, metadata, payload) VALUES `+
-		dialect.Tuples(len(msgs), 4)+` ON CONFLICT (id) DO NOTHING RETURNING id`, args...).
+		dialect.Tuples(len(msgs), 4)+` ON CONFLICT (id, topic) DO NOTHING RETURNING id`, args...).
 		Scan(&fresh).Error; err != nil {
 		return wrapDB("publish: insert messages", err)
 	}
@@ -168,14 +170,14 @@ func (b *Bus) insert(tx *gorm.DB, topic string, groups []route, msgs []*message.
 		}
 		delete(isFresh, m.UUID) // a UUID twice in one call is published once
 		for _, g := range groups {
-			args = append(args, g.queue(m), m.UUID)
+			args = append(args, g.queue(m), m.UUID, topic)
 		}
 	}
 	// In message order, at most maxDeliveryRows rows per statement.
 	for len(args) > 0 {
-		n := min(len(args), 2*maxDeliveryRows)
-		if err := tx.Exec(`INSERT INTO dbbus_deliveries (group_name, message_id) VALUES `+
-			dialect.Tuples(n/2, 2), args[:n]...).Error; err != nil {
+		n := min(len(args), 3*maxDeliveryRows)
+		if err := tx.Exec(`INSERT INTO dbbus_deliveries (group_name, message_id, topic) VALUES `+
+			dialect.Tuples(n/3, 3), args[:n]...).Error; err != nil {
 			return wrapDB("publish: insert deliveries", err)
 		}
 		args = args[n:]

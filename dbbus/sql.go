@@ -20,8 +20,8 @@ const UnroutableGroup = "bento.unroutable"
 // statements is the SQL of one dialect.
 type statements struct {
 	// claim leases up to @limit ready deliveries of @group, lowest id
-	// first, with @token for @ms milliseconds; it returns id, message_id
-	// and attempts.
+	// first, with @token for @ms milliseconds; it returns id, message_id,
+	// topic and attempts.
 	claim string
 	// rescue makes up to @limit expired leases of @group ready again,
 	// counting an attempt (the holder crashed or stalled).
@@ -51,7 +51,7 @@ UPDATE dbbus_deliveries AS d
 SET lease_token = @token, leased_until = now() + @ms * interval '1 millisecond'
 FROM ready
 WHERE d.id = ready.id
-RETURNING d.id, d.message_id, d.attempts`,
+RETURNING d.id, d.message_id, d.topic, d.attempts`,
 	rescue: `UPDATE dbbus_deliveries
 SET lease_token = NULL, leased_until = NULL, attempts = attempts + 1
 WHERE id IN (
@@ -83,7 +83,7 @@ WHERE id IN (
 	ORDER BY id
 	LIMIT @limit
 )
-RETURNING id, message_id, attempts`,
+RETURNING id, message_id, topic, attempts`,
 	rescue: `UPDATE dbbus_deliveries
 SET lease_token = NULL, leased_until = NULL, attempts = attempts + 1
 WHERE id IN (
@@ -116,7 +116,8 @@ const (
 	// deleteBodies removes the bodies, of the message ids given, that no
 	// delivery references any more.
 	deleteBodies = `DELETE FROM dbbus_messages WHERE id IN ?
-AND NOT EXISTS (SELECT 1 FROM dbbus_deliveries AS d WHERE d.message_id = dbbus_messages.id)`
+AND NOT EXISTS (SELECT 1 FROM dbbus_deliveries AS d
+	WHERE d.message_id = dbbus_messages.id AND d.topic = dbbus_messages.topic)`
 	// nackDelivery makes a delivery ready again at once, counting a failed
 	// attempt.
 	nackDelivery = `UPDATE dbbus_deliveries

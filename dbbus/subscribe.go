@@ -242,14 +242,18 @@ func (s *Subscriber) handOut(ctx context.Context, batch []claimed, out chan<- *m
 	return true
 }
 
+// claimedRow is a delivery row a claim leased.
+type claimedRow struct {
+	ID        int64
+	MessageID string
+	Topic     string
+	Attempts  int
+}
+
 // claim leases up to limit ready deliveries of group under token and loads
 // their messages, in delivery order.
 func (b *Bus) claim(ctx context.Context, group, token string, limit int) ([]claimed, error) {
-	var rows []struct {
-		ID        int64
-		MessageID string
-		Attempts  int
-	}
+	var rows []claimedRow
 	err := b.write(func() error {
 		return b.db.WithContext(ctx).Raw(b.sql.claim, map[string]any{
 			"group": group, "limit": limit, "token": token,
@@ -268,10 +272,11 @@ func (b *Bus) claim(ctx context.Context, group, token string, limit int) ([]clai
 	}
 	var bodies []struct {
 		ID       string
+		Topic    string
 		Metadata string
 		Payload  []byte
 	}
-	if err := b.db.WithContext(ctx).Raw(`SELECT id, metadata, payload FROM dbbus_messages WHERE id IN ?`, ids).
+	if err := b.db.WithContext(ctx).Raw(`SELECT id, topic, metadata, payload FROM dbbus_messages WHERE id IN ?`, ids).
 		Scan(&bodies).Error; err != nil {
 		// Give the claim back rather than leave it to expire.
 		sctx, done := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
@@ -283,22 +288,17 @@ func (b *Bus) claim(ctx context.Context, group, token string, limit int) ([]clai
 		_ = b.write(func() error { return release(sctx, b.db, token, dids) })
 		return nil, wrapDB("claim: read messages", err)
 	}
-	byID := make(map[string]int, len(bodies))
+	type bodyKey struct{ id, topic string }
+	byID := make(map[bodyKey]int, len(bodies))
 	for i, m := range bodies {
-		byID[m.ID] = i
+		byID[bodyKey{m.ID, m.Topic}] = i
 	}
-	slices.SortFunc(rows, func(x, y struct {
-		ID        int64
-		MessageID string
-		Attempts  int
-	}) int {
-		return cmp.Compare(x.ID, y.ID)
-	})
+	slices.SortFunc(rows, func(x, y claimedRow) int { return cmp.Compare(x.ID, y.ID) })
 	out := make([]claimed, 0, len(rows))
 	for _, r := range rows {
 		// A delivery that cannot be read stays leased, and comes back when
 		// its lease expires, counted as a failed attempt; the others go on.
-		i, ok := byID[r.MessageID]
+		i, ok := byID[bodyKey{r.MessageID, r.Topic}]
 		if !ok {
 			b.log.Warn("dbbus: delivery references a missing message; skipped until its lease expires", "group", group, "delivery", r.ID, "message", r.MessageID)
 			continue

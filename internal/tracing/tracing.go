@@ -51,6 +51,7 @@ const (
 
 	SystemRabbitMQ = "rabbitmq"
 	SystemMemory   = "bento_memory"
+	SystemDatabase = "bento_database"
 )
 
 // Attribute keys: the OpenTelemetry messaging semantic conventions where

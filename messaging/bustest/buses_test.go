@@ -20,7 +20,8 @@ import (
 // The suite runs on every publisher and subscriber bento ships: the memory
 // bus with group and partition subscribers, RabbitMQ with both
 // publishers, each with group and partition subscribers, and the database
-// bus (package dbbus) on PostgreSQL and SQLite.
+// bus (package dbbus) on PostgreSQL and SQLite, with group and partition
+// subscribers.
 
 // databaseBus returns a Factory whose every Bus is a dbbus.Bus on a fresh
 // database of backend b, each group declared with its topics.
@@ -51,6 +52,50 @@ func databaseBus(b testenv.Backend) bustest.Factory {
 			},
 			OrderedPerTopic: true,
 		}
+	}
+}
+
+// databasePartitions returns a Factory like databaseBus's whose groups are
+// split into n partitions (dbbus.DeclarePartitions), each consumed with
+// Bus.PartitionSubscriber(prefetch).
+func databasePartitions(b testenv.Backend, n, prefetch int) bustest.Factory {
+	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
+	return func(t bustest.TB) *bustest.Bus {
+		t.Helper()
+		tt, ok := t.(testing.TB)
+		if !ok {
+			t.Fatalf("the database bus Factory needs a testing.TB, got %T", t)
+		}
+		db := b.Open(tt)
+		if err := dbbus.Migrate(tt.Context(), db); err != nil {
+			t.Fatalf("migrate: %v", err)
+		}
+		bus, err := dbbus.New(db, &dbbus.Config{Logger: discard})
+		if err != nil {
+			t.Fatalf("new bus: %v", err)
+		}
+		t.Cleanup(func() { _ = bus.Close() })
+		return &bustest.Bus{
+			Publisher: bus,
+			NewSubscriber: func(_ bustest.TB, group string, topics []string) (message.Subscriber, error) {
+				if err := dbbus.DeclarePartitions(tt.Context(), db, group, n, topics...); err != nil {
+					return nil, err
+				}
+				return &wholeGroup{sub: bus.PartitionSubscriber(prefetch), n: n}, nil
+			},
+			OrderedPerTopic:      true, // the suite's messages of one topic share an aggregate
+			SingleActiveConsumer: true,
+		}
+	}
+}
+
+func TestDatabaseBusPartitionsConform(t *testing.T) {
+	t.Parallel()
+	for _, b := range testenv.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			bustest.Run(t, databasePartitions(b, 3, 4))
+		})
 	}
 }
 

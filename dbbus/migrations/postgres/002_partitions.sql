@@ -15,3 +15,13 @@ CREATE TABLE IF NOT EXISTS dbbus_queue_owners (
     owner        VARCHAR(64)  NOT NULL,
     leased_until TIMESTAMPTZ  NOT NULL
 );
+
+-- A message is its UUID on a topic: publishing a UUID again on the same
+-- topic (a relay's retry) is a duplicate, but on another topic (a dead
+-- letter, which keeps its message's UUID) it is a message of its own. Each
+-- delivery names its body by both.
+ALTER TABLE dbbus_deliveries ADD COLUMN IF NOT EXISTS topic VARCHAR(255) NOT NULL DEFAULT '';
+UPDATE dbbus_deliveries AS d SET topic = m.topic FROM dbbus_messages AS m
+WHERE m.id = d.message_id AND d.topic = '';
+ALTER TABLE dbbus_messages DROP CONSTRAINT IF EXISTS dbbus_messages_pkey;
+ALTER TABLE dbbus_messages ADD PRIMARY KEY (id, topic);
