@@ -107,7 +107,7 @@ func summarizeSteady(runs []steadyResult, cfg steadyConfig) *SteadyReport {
 			Lost: lost, RunsP99: p99}
 		if row.Family == "bento" {
 			bento[row.Rate] = row
-		} else if b, ok := bento[row.Rate]; ok {
+		} else if b, ok := bento[row.Rate]; ok && row.Family == "peer" {
 			row.PeerOverBentoP50, row.PeerOverBentoP99 = ratio(row.P50, b.P50), ratio(row.P99, b.P99)
 		}
 		r.Rows = append(r.Rows, row)
@@ -121,6 +121,11 @@ func summarizeSteady(runs []steadyResult, cfg steadyConfig) *SteadyReport {
 func steadyTargets(s *SteadyReport) []Target {
 	var ts []Target
 	for _, row := range s.Rows {
+		if row.Family == "dbbus" && row.Rate == 1000 {
+			ts = append(ts,
+				Target{Name: "steady 1k/s, database bus: p50 commit -> handler (ms)", Want: "< 5", Got: row.P50, Met: row.P50 < 5 && row.Lost == 0},
+				Target{Name: "steady 1k/s, database bus: p99 commit -> handler (ms)", Want: "< 25", Got: row.P99, Met: row.P99 < 25 && row.Lost == 0})
+		}
 		if row.Family != "bento" {
 			continue
 		}
