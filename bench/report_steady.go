@@ -201,9 +201,13 @@ func steadySVG(r *Report) string {
 		if row.Achieved < 0.95*row.Rate {
 			note = fmt.Sprintf("only %s/s achieved", thousands(row.Achieved))
 		}
+		family := row.Family
+		if family == "dbbus" {
+			family = "bento" // bento too, without a broker
+		}
 		bars = append(bars,
-			bar{Label: label + " p50", Value: row.P50, Family: row.Family + "-light"},
-			bar{Label: label + " p99", Value: row.P99, Family: row.Family, Note: note})
+			bar{Label: label + " p50", Value: row.P50, Family: family + "-light"},
+			bar{Label: label + " p99", Value: row.P99, Family: family, Note: note})
 	}
 	sub := fmt.Sprintf("one event per unit of work, %s · %s", runsText(r.Runs), machineText(r.Machine))
 	return barChart(chartSpec{
@@ -218,8 +222,11 @@ func steadySVG(r *Report) string {
 
 // shortRelay is a relay's name in the chart.
 func shortRelay(row SteadyRow) string {
-	if row.Family == "bento" {
+	switch row.Family {
+	case "bento":
 		return "bento"
+	case "dbbus":
+		return "bento, database bus"
 	}
 	return "forwarder " + strings.TrimPrefix(strings.SplitN(row.Key, "@", 2)[0], "watermill-forwarder-") + " poll"
 }

@@ -716,8 +716,8 @@ type steadyResult struct {
 
 // runSteady runs the steady scenario once, in a fresh schema: the idle
 // relays first (nothing else runs then), then each rate for bento's
-// projector and, up to cfg.PeerMaxRate, for Watermill's forwarder with
-// each poll interval.
+// projector and, up to cfg.PeerMaxRate, for bento on the database bus
+// without a broker and for Watermill's forwarder with each poll interval.
 func runSteady(ctx context.Context, e *env, cfg steadyConfig, report func(string)) (steadyResult, error) {
 	var res steadyResult
 	b, err := newSteadyBed(ctx, e, cfg)
@@ -756,13 +756,6 @@ func runSteady(ctx context.Context, e *env, cfg steadyConfig, report func(string
 		}
 	}
 	for _, rate := range cfg.Rates {
-		if rate <= cfg.PeerMaxRate {
-			r, err := runSteadyDatabase(ctx, b, rate)
-			if err != nil {
-				return res, fmt.Errorf("database bus at %v/s: %w", rate, err)
-			}
-			add(steadyKey("dbbus", rate), "bento, database bus, no broker", "dbbus", r)
-		}
 		r, err := runSteadyBento(ctx, b, rate)
 		if err != nil {
 			return res, fmt.Errorf("bento at %v/s: %w", rate, err)
@@ -775,6 +768,11 @@ func runSteady(ctx context.Context, e *env, cfg steadyConfig, report func(string
 		if rate > cfg.PeerMaxRate {
 			continue
 		}
+		r, err = runSteadyDatabase(ctx, b, rate)
+		if err != nil {
+			return res, fmt.Errorf("database bus at %v/s: %w", rate, err)
+		}
+		add(steadyKey("dbbus", rate), "bento, database bus, no broker", "dbbus", r)
 		for _, poll := range cfg.PeerPolls {
 			r, err := runSteadyPeer(ctx, b, rate, poll)
 			if err != nil {
