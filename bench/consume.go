@@ -45,10 +45,11 @@ var consumeHandlers = []string{"noop", "write"}
 // without any broker (what the inbox's transaction costs alone),
 // "batched" consumer.NewAMQP on n partitions applying up to
 // consumeBatchSize messages per transaction, "bare" the limit: a batched
-// exactly-once loop on amqp091 and pgx (see runBareConsume), "wmsql" the
-// handler without the inbox on watermill-sql's PostgreSQL subscriber (see
-// runWatermillSQL).
-var consumeModes = []string{"inbox", "plain", "direct", "batched", "bare", "wmsql"}
+// exactly-once loop on amqp091 and pgx (see runBareConsume), "dbbus" the
+// batched mode on the database bus instead of RabbitMQ (see
+// runDatabaseBus), "wmsql" the handler without the inbox on watermill-sql's
+// PostgreSQL subscriber (see runWatermillSQL).
+var consumeModes = []string{"inbox", "plain", "direct", "batched", "bare", "dbbus", "wmsql"}
 
 // consumeBatchSize is the batched mode's consumer.Config.BatchSize.
 const consumeBatchSize = 100
@@ -73,6 +74,8 @@ type consumeRun struct {
 	// so they show how busy PostgreSQL was.
 	InboxInsert *latencies `json:"inbox_insert,omitempty"`
 	Write       *latencies `json:"handler_insert,omitempty"`
+	// Idle is the CPU the drained consumer used afterwards ("dbbus" mode).
+	Idle *IdleCPU `json:"idle,omitempty"`
 }
 
 // consumeKey names a measurement in the results, e.g. "inbox/write/x8".
@@ -292,6 +295,13 @@ func runConsume(ctx context.Context, b *consumeBed, handler, mode string, n int)
 	fn := handlerFunc(handler, c)
 	if mode == "direct" {
 		if err := runDirect(ctx, b, db, group, n, fn, c); err != nil {
+			return r, err
+		}
+		r.Seconds, r.Rate = c.rate()
+		return r, b.check(ctx, handler, mode, group, r.Messages)
+	}
+	if mode == "dbbus" {
+		if r.Idle, err = runDatabaseBus(ctx, b, timer, group, n, fn, c); err != nil {
 			return r, err
 		}
 		r.Seconds, r.Rate = c.rate()

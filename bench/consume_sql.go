@@ -13,6 +13,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/consumer"
+	"github.com/bentoevents/bento/dbbus"
 )
 
 // sqlPublishBatch is how many messages one Publish writes, for the
@@ -77,4 +78,103 @@ func runWatermillSQL(ctx context.Context, b *consumeBed, db *gorm.DB, group stri
 		router.AddConsumerHandler(fmt.Sprintf("%s-%d", group, i), wtopic, sub, dispatch)
 	}
 	return runUntilCounted(ctx, c, []func(context.Context) error{router.Run}, nil)
+}
+
+// dbIdleWindow is how long the "dbbus" mode measures its consumer's CPU
+// once the queue is drained.
+const dbIdleWindow = 5 * time.Second
+
+// runDatabaseBus is the "dbbus" mode: consumer.NewDatabase on n partitions
+// of a dbbus.Bus in the bench's PostgreSQL schema, up to consumeBatchSize
+// messages per transaction (the batched mode without a broker), after
+// every message was published to the bus. Once the queue is drained it
+// measures, for dbIdleWindow, the CPU the idle consumer uses: this process
+// and the PostgreSQL backends of its pool.
+func runDatabaseBus(ctx context.Context, b *consumeBed, timer *stmtTimer, group string, n int,
+	fn consumer.HandlerFunc[Deposited], c *counter) (*IdleCPU, error) {
+	app := "bench-dbbus-" + randomHex(4)
+	pool, err := b.schema.gormAs(app, 2*n+8)
+	if err != nil {
+		return nil, err
+	}
+	defer closeGorm(pool)
+	if err := dbbus.Migrate(ctx, pool); err != nil {
+		return nil, err
+	}
+	// Each run publishes the same messages: the bus would take a UUID it
+	// still holds (for an earlier run's group) as a duplicate, and every
+	// earlier group would get a copy. Start each run with an empty bus.
+	if err := pool.WithContext(ctx).Exec("TRUNCATE dbbus_messages, dbbus_deliveries, dbbus_bindings, " +
+		"dbbus_partitions, dbbus_queue_owners").Error; err != nil {
+		return nil, err
+	}
+	if err := dbbus.DeclarePartitions(ctx, pool, group, n, topic); err != nil {
+		return nil, err
+	}
+	bus, err := dbbus.New(pool, &dbbus.Config{Logger: b.e.log})
+	if err != nil {
+		return nil, err
+	}
+	defer bus.Close()
+	for lo := 0; lo < len(b.msgs); lo += sqlPublishBatch {
+		batch := make([]*message.Message, 0, sqlPublishBatch)
+		for _, o := range b.msgs[lo:min(lo+sqlPublishBatch, len(b.msgs))] {
+			batch = append(batch, o.Message.Copy())
+		}
+		if err := bus.Publish(topic, batch...); err != nil {
+			return nil, fmt.Errorf("database bus publish: %w", err)
+		}
+	}
+	cc := consumer.DefaultConfig(group)
+	cc.CloseTimeout, cc.Logger = 10*time.Second, b.e.log
+	cc.Partitions, cc.BatchSize = n, consumeBatchSize
+	cons, err := consumer.NewDatabase(pool.Session(&gorm.Session{Logger: timer}), bus, cc)
+	if err != nil {
+		return nil, err
+	}
+	if err := consumer.Handle(cons, fn); err != nil {
+		return nil, err
+	}
+	var idle *IdleCPU
+	settle := func() error {
+		if err := b.waitInbox(ctx, group, len(b.msgs)); err != nil {
+			return err
+		}
+		m, err := b.idleDatabaseBus(ctx, app)
+		idle = m
+		return err
+	}
+	err = runUntilCounted(ctx, c, []func(context.Context) error{cons.Run}, settle)
+	return idle, err
+}
+
+// idleDatabaseBus lets a drained consumer settle for a second, then
+// measures for dbIdleWindow the CPU of this process and of the PostgreSQL
+// backends named app.
+func (b *consumeBed) idleDatabaseBus(ctx context.Context, app string) (*IdleCPU, error) {
+	admin, err := sql.Open("pgx", b.e.pgDSN)
+	if err != nil {
+		return nil, err
+	}
+	defer admin.Close()
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(time.Second):
+	}
+	m, err := startCPU(ctx, admin, []string{app})
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(dbIdleWindow):
+	}
+	wall, proc, backend, err := m.stop(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &IdleCPU{Key: "dbbus", Label: "database bus consumer, idle", Seconds: wall.Seconds(),
+		ProcessPercent: proc, BackendPercent: backend}, nil
 }

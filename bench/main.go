@@ -118,7 +118,7 @@ func parseFlags() (options, *env, error) {
 	flag.IntVar(&o.consume.Messages, "consume-messages", 20000, "consume: messages pre-published per measurement")
 	flag.Var(&consumers, "consume-consumers", "consume: competing consumers of the group, comma-separated")
 	flag.Var(&handlers, "consume-handlers", "consume: handlers, comma-separated: noop, write")
-	flag.Var(&modes, "consume-modes", "consume: modes, comma-separated: inbox, plain (without the inbox), direct (the inbox without a broker), batched (partitions, many messages per transaction), bare (the batched exactly-once limit)")
+	flag.Var(&modes, "consume-modes", "consume: modes, comma-separated: inbox, plain (without the inbox), direct (the inbox without a broker), batched (partitions, many messages per transaction), bare (the batched exactly-once limit), dbbus (batched on the database bus), wmsql (watermill-sql's PostgreSQL subscriber, without the inbox)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	flag.StringVar(&o.from, "from", "", "measure nothing: print the tables of a results.json written earlier and redraw its chart")
 	flag.StringVar(&e.pgDSN, "pg", "host=127.0.0.1 port=5432 user=postgres dbname=test sslmode=disable", "PostgreSQL keyword/value DSN (search_path is added)")

@@ -40,6 +40,12 @@ type ConsumeRow struct {
 	// PostgreSQL subscriber: the database bus's peer.
 	WatermillSQL     float64   `json:"watermill_sql_messages_per_second,omitempty"`
 	RunsWatermillSQL []float64 `json:"runs_watermill_sql,omitempty"`
+	// Database is the batched consumer on the database bus (PostgreSQL,
+	// no broker); DatabaseIdle the most CPU its drained consumer used
+	// over the runs, process and backends, in percent of one core.
+	Database     float64   `json:"database_bus_messages_per_second,omitempty"`
+	RunsDatabase []float64 `json:"runs_database_bus,omitempty"`
+	DatabaseIdle float64   `json:"database_bus_idle_percent_of_core,omitempty"`
 }
 
 func summarizeConsume(runs []consumeResult, cfg consumeConfig) *ConsumeReport {
@@ -65,12 +71,17 @@ func summarizeConsume(runs []consumeResult, cfg consumeConfig) *ConsumeReport {
 						row.RunsBare = append(row.RunsBare, r.Rate)
 					case "wmsql":
 						row.RunsWatermillSQL = append(row.RunsWatermillSQL, r.Rate)
+					case "dbbus":
+						row.RunsDatabase = append(row.RunsDatabase, r.Rate)
+						if i := r.Idle; i != nil {
+							row.DatabaseIdle = max(row.DatabaseIdle, i.ProcessPercent+max(i.BackendPercent, 0))
+						}
 					}
 				}
 			}
 			row.Inbox, row.Plain, row.Direct = median(row.RunsInbox), median(row.RunsPlain), median(row.RunsDirect)
 			row.Batched, row.Bare = median(row.RunsBatched), median(row.RunsBare)
-			row.WatermillSQL = median(row.RunsWatermillSQL)
+			row.WatermillSQL, row.Database = median(row.RunsWatermillSQL), median(row.RunsDatabase)
 			row.Ratio, row.BareRatio = ratio(row.Inbox, row.Plain), ratio(row.Batched, row.Bare)
 			c.Rows = append(c.Rows, row)
 		}
@@ -93,20 +104,47 @@ func consumeTargets(c *ConsumeReport) []Target {
 				Target{Name: name + " vs without", Want: ">= 0.60", Got: row.Ratio, Met: row.Ratio >= 0.6},
 				Target{Name: name + ", msg/s", Want: ">= 5000", Got: row.Inbox, Met: row.Inbox >= 5000})
 		}
+		ts = append(ts, databaseBusTargets(row)...)
 		if row.Batched == 0 {
 			continue
 		}
 		batched := fmt.Sprintf("batched consumer, %s handler, %d partition(s)", row.Handler, row.Consumers)
 		switch {
 		case row.Handler == "noop":
-			ts = append(ts,
-				Target{Name: batched + " vs the bare batched loop", Want: ">= 0.50", Got: row.BareRatio, Met: row.Bare > 0 && row.BareRatio >= 0.5},
-				Target{Name: batched + ", msg/s", Want: ">= 12000", Got: row.Batched, Met: row.Batched >= 12000},
-				Target{Name: batched + " vs without the inbox", Want: "> 1.00", Got: ratio(row.Batched, row.Plain),
+			if row.Bare > 0 {
+				ts = append(ts, Target{Name: batched + " vs the bare batched loop", Want: ">= 0.50", Got: row.BareRatio, Met: row.BareRatio >= 0.5})
+			}
+			ts = append(ts, Target{Name: batched + ", msg/s", Want: ">= 12000", Got: row.Batched, Met: row.Batched >= 12000})
+			if row.Plain > 0 {
+				ts = append(ts, Target{Name: batched + " vs without the inbox", Want: "> 1.00", Got: ratio(row.Batched, row.Plain),
 					Met: row.Batched > row.Plain})
+			}
 		case row.Handler == "write" && row.Consumers == 8:
 			ts = append(ts, Target{Name: batched + ", msg/s", Want: ">= 9861", Got: row.Batched, Met: row.Batched >= 3*3287})
 		}
+	}
+	return ts
+}
+
+// databaseBusTargets checks the database bus's consumer where it ran: at
+// least 5x watermill-sql's subscriber, at least 50% of the batched
+// consumer on RabbitMQ (where each ran), and under 1% of a core when idle.
+func databaseBusTargets(row ConsumeRow) []Target {
+	if row.Database == 0 {
+		return nil
+	}
+	name := fmt.Sprintf("database bus consumer, %s handler, %d partition(s)", row.Handler, row.Consumers)
+	var ts []Target
+	if row.WatermillSQL > 0 {
+		r := ratio(row.Database, row.WatermillSQL)
+		ts = append(ts, Target{Name: name + " vs watermill-sql", Want: ">= 5x", Got: r, Met: r >= 5})
+	}
+	if row.Batched > 0 {
+		r := ratio(row.Database, row.Batched)
+		ts = append(ts, Target{Name: name + " vs RabbitMQ (batched)", Want: ">= 0.50", Got: r, Met: r >= 0.5})
+	}
+	if len(row.RunsDatabase) > 0 {
+		ts = append(ts, Target{Name: name + ", idle, % of a core", Want: "< 1", Got: row.DatabaseIdle, Met: row.DatabaseIdle < 1})
 	}
 	return ts
 }
@@ -141,6 +179,25 @@ func printConsume(w io.Writer, c *ConsumeReport) {
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%.2f\t%s\t%s\t%s\t%s\t%s\t\n", r.Handler, r.Consumers, thousands(r.Inbox), thousands(r.Plain), r.Ratio,
 			direct, batched, bare, bareRatio, strings.Join(runs, " "))
+	}
+	tw.Flush()
+	var db []ConsumeRow
+	for _, r := range c.Rows {
+		if r.Database > 0 || r.WatermillSQL > 0 {
+			db = append(db, r)
+		}
+	}
+	if len(db) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nWithout a broker: database bus = consumer.NewDatabase on n partitions of a dbbus.Bus in PostgreSQL,\n"+
+		"up to %d messages per transaction; watermill-sql = the handler without the inbox on n subscriptions of one\n"+
+		"watermill-sql PostgreSQL consumer group; idle = the drained consumer's process and backends, %% of a core\n", consumeBatchSize)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "handler\tpartitions\tdatabase bus msg/s\twatermill-sql msg/s\tx watermill-sql\tof RabbitMQ batched\tidle %\t")
+	for _, r := range db {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%.2f\t\n", r.Handler, r.Consumers, thousands(r.Database), thousands(r.WatermillSQL),
+			times(ratio(r.Database, r.WatermillSQL)), percent(ratio(r.Database, r.Batched)), r.DatabaseIdle)
 	}
 	tw.Flush()
 }

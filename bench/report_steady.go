@@ -107,7 +107,7 @@ func summarizeSteady(runs []steadyResult, cfg steadyConfig) *SteadyReport {
 			Lost: lost, RunsP99: p99}
 		if row.Family == "bento" {
 			bento[row.Rate] = row
-		} else if b, ok := bento[row.Rate]; ok {
+		} else if b, ok := bento[row.Rate]; ok && row.Family == "peer" {
 			row.PeerOverBentoP50, row.PeerOverBentoP99 = ratio(row.P50, b.P50), ratio(row.P99, b.P99)
 		}
 		r.Rows = append(r.Rows, row)
@@ -121,6 +121,11 @@ func summarizeSteady(runs []steadyResult, cfg steadyConfig) *SteadyReport {
 func steadyTargets(s *SteadyReport) []Target {
 	var ts []Target
 	for _, row := range s.Rows {
+		if row.Family == "dbbus" && row.Rate == 1000 {
+			ts = append(ts,
+				Target{Name: "steady 1k/s, database bus: p50 commit -> handler (ms)", Want: "< 5", Got: row.P50, Met: row.P50 < 5 && row.Lost == 0},
+				Target{Name: "steady 1k/s, database bus: p99 commit -> handler (ms)", Want: "< 25", Got: row.P99, Met: row.P99 < 25 && row.Lost == 0})
+		}
 		if row.Family != "bento" {
 			continue
 		}
@@ -196,9 +201,13 @@ func steadySVG(r *Report) string {
 		if row.Achieved < 0.95*row.Rate {
 			note = fmt.Sprintf("only %s/s achieved", thousands(row.Achieved))
 		}
+		family := row.Family
+		if family == "dbbus" {
+			family = "bento" // bento too, without a broker
+		}
 		bars = append(bars,
-			bar{Label: label + " p50", Value: row.P50, Family: row.Family + "-light"},
-			bar{Label: label + " p99", Value: row.P99, Family: row.Family, Note: note})
+			bar{Label: label + " p50", Value: row.P50, Family: family + "-light"},
+			bar{Label: label + " p99", Value: row.P99, Family: family, Note: note})
 	}
 	sub := fmt.Sprintf("one event per unit of work, %s · %s", runsText(r.Runs), machineText(r.Machine))
 	return barChart(chartSpec{
@@ -213,8 +222,11 @@ func steadySVG(r *Report) string {
 
 // shortRelay is a relay's name in the chart.
 func shortRelay(row SteadyRow) string {
-	if row.Family == "bento" {
+	switch row.Family {
+	case "bento":
 		return "bento"
+	case "dbbus":
+		return "bento, database bus"
 	}
 	return "forwarder " + strings.TrimPrefix(strings.SplitN(row.Key, "@", 2)[0], "watermill-forwarder-") + " poll"
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -76,8 +77,9 @@ func smokeSteadyConfig(idle bool) steadyConfig {
 	return cfg
 }
 
-// TestSmokeSteady runs the steady scenario briefly, bento and the peer:
-// every committed event must arrive, with a latency for each.
+// TestSmokeSteady runs the steady scenario briefly, bento (through
+// RabbitMQ and through the database bus) and the peer: every committed
+// event must arrive, with a latency for each.
 func TestSmokeSteady(t *testing.T) {
 	t.Parallel()
 	e := testEnv(t)
@@ -137,8 +139,8 @@ func TestSmokeSteadyUnderOpenTransaction(t *testing.T) {
 // logged and returned (peerStalled), not a failure of bento's suite.
 func checkSteady(t *testing.T, res steadyResult, cfg steadyConfig) (peerStalled bool) {
 	t.Helper()
-	if len(res.Points) != 2 {
-		t.Fatalf("%d points, want bento and the peer", len(res.Points))
+	if len(res.Points) != 3 {
+		t.Fatalf("%d points, want bento, bento on the database bus and the peer", len(res.Points))
 	}
 	for _, p := range res.Points {
 		if p.Family == "peer" && p.Stalled != nil && p.Stalled.OpenTransactions > 0 {
@@ -164,7 +166,8 @@ func checkSteady(t *testing.T, res steadyResult, cfg steadyConfig) (peerStalled 
 		t.Errorf("first point %s, want bento's", res.Points[0].Key)
 	}
 	rep := &Report{Runs: 1, Steady: summarizeSteady([]steadyResult{res}, cfg)}
-	if charts(rep)["steady"] == "" || !peerStalled && rep.Steady.Rows[1].PeerOverBentoP50 <= 0 {
+	peer := slices.IndexFunc(rep.Steady.Rows, func(r SteadyRow) bool { return r.Family == "peer" })
+	if charts(rep)["steady"] == "" || peer < 0 || !peerStalled && rep.Steady.Rows[peer].PeerOverBentoP50 <= 0 {
 		t.Errorf("summary %+v", rep.Steady.Rows)
 	}
 	return peerStalled

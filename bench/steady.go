@@ -438,23 +438,11 @@ func startBentoRelay(ctx context.Context, b *steadyBed, cfg *rabbitmq.Config) (*
 	r.done = make(chan error, 1)
 	go func() { r.done <- r.proj.Run(ctx) }()
 	// Wait until its LISTEN connection is up, so no commit goes unnoticed.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var n int
-		if err := b.admin.QueryRowContext(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
-			r.proj.ApplicationName()).Scan(&n); err != nil {
-			r.stop()
-			return nil, err
-		}
-		if n > 0 {
-			return r, nil
-		}
-		if time.Now().After(deadline) {
-			r.stop()
-			return nil, errors.New("the projector did not start listening within 30 s")
-		}
-		time.Sleep(10 * time.Millisecond)
+	if err := waitListening(ctx, b, r.proj.ApplicationName()); err != nil {
+		r.stop()
+		return nil, err
 	}
+	return r, nil
 }
 
 // appNames are the application_names of the relay's PostgreSQL backends.
@@ -566,18 +554,33 @@ func (p timedPublisher) PublishBatch(ctx context.Context, batch []messaging.Outg
 	return errs
 }
 
+// receiveFunc starts recording the receipts of events into tr and
+// returns how to stop.
+type receiveFunc func(tr *tracker) (stop func(), err error)
+
+// fromQueue is a receiveFunc that consumes queue with a receiver.
+func fromQueue(e *env, queue string) receiveFunc {
+	return func(tr *tracker) (func(), error) {
+		rcv, err := startReceiver(e, queue, tr)
+		if err != nil {
+			return nil, err
+		}
+		return rcv.close, nil
+	}
+}
+
 // measureRate offers rate events/s through commit while relay runs (it is
-// already started and delivers to queue), and summarizes what the
-// receiver saw.
-func measureRate(ctx context.Context, b *steadyBed, queue string, rate float64, prefix string, commit commitFunc) (steadyRun, error) {
+// already started and delivers where receive reads), and summarizes what
+// was received.
+func measureRate(ctx context.Context, b *steadyBed, receive receiveFunc, rate float64, prefix string, commit commitFunc) (steadyRun, error) {
 	cfg := b.cfg
 	total := int(rate * (cfg.Warmup + cfg.Duration).Seconds())
 	tr := newTracker(total)
-	rcv, err := startReceiver(b.e, queue, tr)
+	stop, err := receive(tr)
 	if err != nil {
 		return steadyRun{}, err
 	}
-	defer rcv.close()
+	defer stop()
 	accounts, err := newAccounts(ctx, b.units, prefix, cfg.Accounts, cfg.Writers)
 	if err != nil {
 		return steadyRun{}, err
@@ -622,25 +625,27 @@ func runSteadyBento(ctx context.Context, b *steadyBed, rate float64) (steadyRun,
 	if err != nil {
 		return steadyRun{}, err
 	}
-	commit := func(ctx context.Context, a *Account, seq int) error {
-		u, err := b.units.Begin(ctx, nil)
-		if err != nil {
-			return err
-		}
-		if err := u.Track(a); err != nil {
-			_ = u.Rollback()
-			return err
-		}
-		if err := a.DepositRef(1, seqRef(seq)); err != nil {
-			_ = u.Rollback()
-			return err
-		}
-		return u.Commit(ctx)
-	}
 	relay.timer.reset()
-	r, err := measureRate(ctx, b, names.Queue, rate, "bento-"+randomHex(3), commit)
+	r, err := measureRate(ctx, b, fromQueue(b.e, names.Queue), rate, "bento-"+randomHex(3), b.commitDeposit)
 	r.Relay = relay.timer.phases()
 	return r, errors.Join(err, relay.stop())
+}
+
+// commitDeposit commits event seq, one deposit to a, in a unit of work.
+func (b *steadyBed) commitDeposit(ctx context.Context, a *Account, seq int) error {
+	u, err := b.units.Begin(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := u.Track(a); err != nil {
+		_ = u.Rollback()
+		return err
+	}
+	if err := a.DepositRef(1, seqRef(seq)); err != nil {
+		_ = u.Rollback()
+		return err
+	}
+	return u.Commit(ctx)
 }
 
 // idleBento measures the CPU an idle projector uses: started as in
@@ -711,8 +716,8 @@ type steadyResult struct {
 
 // runSteady runs the steady scenario once, in a fresh schema: the idle
 // relays first (nothing else runs then), then each rate for bento's
-// projector and, up to cfg.PeerMaxRate, for Watermill's forwarder with
-// each poll interval.
+// projector and, up to cfg.PeerMaxRate, for bento on the database bus
+// without a broker and for Watermill's forwarder with each poll interval.
 func runSteady(ctx context.Context, e *env, cfg steadyConfig, report func(string)) (steadyResult, error) {
 	var res steadyResult
 	b, err := newSteadyBed(ctx, e, cfg)
@@ -763,6 +768,11 @@ func runSteady(ctx context.Context, e *env, cfg steadyConfig, report func(string
 		if rate > cfg.PeerMaxRate {
 			continue
 		}
+		r, err = runSteadyDatabase(ctx, b, rate)
+		if err != nil {
+			return res, fmt.Errorf("database bus at %v/s: %w", rate, err)
+		}
+		add(steadyKey("dbbus", rate), "bento, database bus, no broker", "dbbus", r)
 		for _, poll := range cfg.PeerPolls {
 			r, err := runSteadyPeer(ctx, b, rate, poll)
 			if err != nil {

@@ -150,7 +150,7 @@ func runSteadyPeer(ctx context.Context, b *steadyBed, rate float64, poll time.Du
 	if err != nil {
 		return steadyRun{}, err
 	}
-	r, err := measureRate(ctx, b, names.Queue, rate, "peer-"+randomHex(3), peerCommit(b))
+	r, err := measureRate(ctx, b, fromQueue(b.e, names.Queue), rate, "peer-"+randomHex(3), peerCommit(b))
 	return r, errors.Join(err, relay.stop())
 }
 
