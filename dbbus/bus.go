@@ -118,6 +118,9 @@ func (b *Bus) Close() error {
 
 // DB returns the database the bus's tables live in, for the package's
 // functions that take one ([DeclareGroup], [DeclarePartitions], [Depth]).
+// A caller that holds a transaction on it can publish with
+// [Bus.PublishTx]; this is how package projector finds that it may relay
+// the outbox in the transaction that marks the rows sent.
 func (b *Bus) DB() *gorm.DB { return b.db }
 
 // MessagingSystem returns "bento_database", the bus's messaging.system name

@@ -68,12 +68,6 @@ func (b *Bus) PublishTx(tx *gorm.DB, topic string, msgs ...*message.Message) err
 	return err
 }
 
-// DB returns the database the bus was created with. A caller that holds
-// a transaction on it can publish with [Bus.PublishTx]; this is how
-// package projector finds that it may relay the outbox in the transaction
-// that marks the rows sent.
-func (b *Bus) DB() *gorm.DB { return b.db }
-
 // use runs fn unless the bus is closed.
 func (b *Bus) use(fn func() error) error { return b.mu.Use(ErrClosed, fn) }
 
