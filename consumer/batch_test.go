@@ -35,7 +35,7 @@ func (s *holdSuite) waitCommitted(t *testing.T, aggs []int, n int64) {
 	for i, a := range aggs {
 		names[i] = fmt.Sprintf("a%03d", a)
 	}
-	testenv.WaitFor(t, 30*time.Second, "every event committed", func() bool {
+	testenv.WaitFor(t, 90*time.Second, "every event committed", func() bool { // one message per transaction on a loaded SQLite can take a minute
 		var c int64
 		require.NoError(t, s.db.Model(&Applied{}).Where("aggregate_id IN ?", names).Count(&c).Error)
 		return c >= int64(len(aggs))*n
