@@ -21,6 +21,9 @@ wait_for() { # name port seconds
 	return 1
 }
 
+# pg_connections is the max_connections the suite needs (see below).
+readonly pg_connections=300
+
 if [[ -z "${BENTO_TEST_POSTGRES_DSN:-}" ]]; then
 	if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
 		log "starting PostgreSQL"
@@ -31,6 +34,18 @@ if [[ -z "${BENTO_TEST_POSTGRES_DSN:-}" ]]; then
 	if ! psql -h 127.0.0.1 -U postgres -tAc "SELECT 1 FROM pg_database WHERE datname = 'test'" postgres | grep -q 1; then
 		log "creating database test"
 		createdb -h 127.0.0.1 -U postgres test
+	fi
+	# The suite runs packages side by side, each with parallel tests that
+	# hold connection pools (databases, buses, consumers): PostgreSQL's
+	# common default of 100 connections runs out under load ("too many
+	# clients"). Raise it once; the setting needs a restart.
+	max_conns=$(psql -h 127.0.0.1 -U postgres -tAc "SHOW max_connections" postgres)
+	if ((max_conns < pg_connections)); then
+		log "PostgreSQL allows $max_conns connections; restarting it with $pg_connections"
+		psql -h 127.0.0.1 -U postgres -qc "ALTER SYSTEM SET max_connections = $pg_connections" postgres
+		pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main restart
+		wait_for PostgreSQL 5432 60
+		for ((i = 0; i < 60; i++)); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
 	fi
 	log "PostgreSQL ready on 127.0.0.1:5432"
 fi
