@@ -293,31 +293,15 @@ func readDeliveries(tx *gorm.DB, q, group string, after int64, limit int) (out [
 	for i, r := range rows {
 		ids[i] = r.MessageID
 	}
-	var bodies []struct {
-		ID       string
-		Topic    string
-		Metadata string
-		Payload  []byte
-	}
-	if err := tx.Raw(readBodies, ids).Scan(&bodies).Error; err != nil {
+	msgs, _, err := readMessages(tx, ids)
+	if err != nil {
 		return nil, 0, 0, wrapDB("browse: read messages", err)
-	}
-	type bodyKey struct{ id, topic string }
-	byKey := make(map[bodyKey]int, len(bodies))
-	for i, b := range bodies {
-		byKey[bodyKey{b.ID, b.Topic}] = i
 	}
 	out = make([]Browsed, 0, len(rows))
 	for _, r := range rows {
-		i, ok := byKey[bodyKey{r.MessageID, r.Topic}]
-		if !ok {
-			continue
+		if msg, ok := msgs[messageKey{r.MessageID, r.Topic}]; ok {
+			out = append(out, Browsed{Delivery: r.ID, Topic: r.Topic, Attempts: r.Attempts, Message: msg})
 		}
-		msg := message.NewMessage(r.MessageID, bodies[i].Payload)
-		if json.Unmarshal([]byte(bodies[i].Metadata), &msg.Metadata) != nil {
-			continue
-		}
-		out = append(out, Browsed{Delivery: r.ID, Topic: r.Topic, Attempts: r.Attempts, Message: msg})
 	}
 	return out, len(rows), rows[len(rows)-1].ID, nil
 }

@@ -3,7 +3,6 @@ package dbbus
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -270,14 +269,8 @@ func (b *Bus) claim(ctx context.Context, group, token string, limit int) ([]clai
 	for i, r := range rows {
 		ids[i] = r.MessageID
 	}
-	var bodies []struct {
-		ID       string
-		Topic    string
-		Metadata string
-		Payload  []byte
-	}
-	if err := b.db.WithContext(ctx).Raw(readBodies, ids).
-		Scan(&bodies).Error; err != nil {
+	msgs, unreadable, err := readMessages(b.db.WithContext(ctx), ids)
+	if err != nil {
 		// Give the claim back rather than leave it to expire.
 		sctx, done := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 		defer done()
@@ -288,24 +281,19 @@ func (b *Bus) claim(ctx context.Context, group, token string, limit int) ([]clai
 		_ = b.write(func() error { return release(sctx, b.db, token, dids) })
 		return nil, wrapDB("claim: read messages", err)
 	}
-	type bodyKey struct{ id, topic string }
-	byID := make(map[bodyKey]int, len(bodies))
-	for i, m := range bodies {
-		byID[bodyKey{m.ID, m.Topic}] = i
-	}
 	slices.SortFunc(rows, func(x, y claimedRow) int { return cmp.Compare(x.ID, y.ID) })
 	out := make([]claimed, 0, len(rows))
 	for _, r := range rows {
 		// A delivery that cannot be read stays leased, and comes back when
 		// its lease expires, counted as a failed attempt; the others go on.
-		i, ok := byID[bodyKey{r.MessageID, r.Topic}]
-		if !ok {
-			b.log.Warn("dbbus: delivery references a missing message; skipped until its lease expires", "group", group, "delivery", r.ID, "message", r.MessageID)
+		k := messageKey{r.MessageID, r.Topic}
+		msg, ok := msgs[k]
+		if err := unreadable[k]; err != nil {
+			b.log.Warn("dbbus: message metadata unreadable; skipped until its lease expires", "group", group, "message", r.MessageID, "err", err)
 			continue
 		}
-		msg := message.NewMessage(r.MessageID, bodies[i].Payload)
-		if err := json.Unmarshal([]byte(bodies[i].Metadata), &msg.Metadata); err != nil {
-			b.log.Warn("dbbus: message metadata unreadable; skipped until its lease expires", "group", group, "message", r.MessageID, "err", err)
+		if !ok {
+			b.log.Warn("dbbus: delivery references a missing message; skipped until its lease expires", "group", group, "delivery", r.ID, "message", r.MessageID)
 			continue
 		}
 		out = append(out, claimed{
