@@ -54,7 +54,10 @@ type Config struct {
 	// means no bound. Defaults to DefaultMaxBatchBytes (64 MiB).
 	MaxBatchBytes int64
 	// BusySleep is the pause after a batch that was not full. A full batch
-	// is followed at once by the next claim. Defaults to 10ms.
+	// is followed at once by the next claim. While claims keep finding
+	// events the projector stays recorded busy, so commits do not notify
+	// it and it finds them after at most BusySleep (or at once on Wake);
+	// only a claim that finds nothing makes it idle. Defaults to 10ms.
 	BusySleep time.Duration
 	// IdleSleep is the polling interval when nothing is due; PostgreSQL
 	// notifications and Wake end it early. Defaults to 2s.

@@ -143,13 +143,14 @@ var ErrRunning = errors.New("projector: already running")
 
 // Run relays the outbox until ctx is done: it claims a batch, publishes it,
 // records the outcome, and sleeps BusySleep after a partial batch or
-// IdleSleep when nothing was due (a notification or Wake ends the sleep). On
-// PostgreSQL it listens for commits, and for a moment after going idle it
-// claims sooner than IdleSleep, until the writers that may have seen it busy
-// (and so will not notify) have ended; it never waits for them. When ctx
-// ends, Run waits for the publishes in flight, records them, releases what
-// it did not try, and returns nil. Database errors are logged and retried with backoff; they do
-// not stop Run.
+// IdleSleep when nothing was due (a notification or Wake ends the sleep).
+// It stays recorded busy, so that commits need not notify it, until a claim
+// finds nothing. On PostgreSQL it listens for commits, and for a moment
+// after going idle it claims sooner than IdleSleep, until the writers that
+// may have seen it busy (and so will not notify) have ended; it never waits
+// for them. When ctx ends, Run waits for the publishes in flight, records
+// them, releases what it did not try, and returns nil. Database errors are
+// logged and retried with backoff; they do not stop Run.
 func (p *OutboxProjector) Run(ctx context.Context) error {
 	p.runMu.Lock()
 	if p.running {
@@ -197,8 +198,14 @@ func (p *OutboxProjector) Run(ctx context.Context) error {
 			rs.busy(ctx)
 			continue
 		case r.Claimed > 0:
+			// Events are flowing: stay recorded busy, so writers do not
+			// notify (a notification serializes their commits), and claim
+			// again after BusySleep (or at once on Wake). Only an empty
+			// claim makes the projector idle.
 			errDelay = p.cfg.BusySleep
-			sleep = p.cfg.BusySleep
+			rs.busy(ctx)
+			p.sleep(ctx, p.cfg.BusySleep, p.wake)
+			continue
 		default:
 			sleep = p.cfg.IdleSleep
 		}

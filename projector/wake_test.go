@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
@@ -224,10 +227,11 @@ func TestShutdownSettlesInFlightAndReleasesTheRest(t *testing.T) {
 }
 
 // TestBusyAndIdleFlipsLoseNoWakeUp runs writers in bursts against a
-// projector that flips between busy (full batches: commits stop notifying)
-// and idle (the handshake, then commits notify again), with both sleeps set
-// to a minute: an event whose notification went missing would wait that
-// long, so every event must arrive well before.
+// projector that flips between busy (events flowing: commits stop
+// notifying) and idle (an empty claim, the handshake, then commits notify
+// again), with the idle poll set to a minute: an event whose notification
+// went missing would wait that long, so every event must arrive well
+// before.
 func TestBusyAndIdleFlipsLoseNoWakeUp(t *testing.T) {
 	t.Parallel()
 	db, _ := testenv.Postgres(t)
@@ -236,7 +240,10 @@ func TestBusyAndIdleFlipsLoseNoWakeUp(t *testing.T) {
 	rec := &recorder{notify: make(chan string, writers*rounds*ticks)}
 	cfg := fastConfig()
 	cfg.BatchSize = 5
-	cfg.BusySleep = time.Minute
+	// While events flow the projector stays busy and claims after
+	// BusySleep without being notified; idle, it waits for a notification
+	// or IdleSleep, a minute.
+	cfg.BusySleep = 50 * time.Millisecond
 	cfg.IdleSleep = time.Minute
 	p, err := projector.New(e.store, rec, cfg)
 	require.NoError(t, err)
@@ -355,4 +362,80 @@ func TestLongWriterHoldsUpNobody(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("A's event not published within 10 s of its commit (the idle poll is a minute)")
 	}
+}
+
+// TestFlowingEventsDoNotNotify: while events keep coming in partial
+// batches, the projector stays recorded busy, so the writers' commits do
+// not notify (a notification makes PostgreSQL serialize commits); it
+// claims them after BusySleep instead. Once they stop it goes idle, and the
+// next commit notifies and is published long before the minute's poll.
+func TestFlowingEventsDoNotNotify(t *testing.T) {
+	t.Parallel()
+	db, _ := testenv.Postgres(t)
+	e := setup(t, db)
+	var schema string
+	require.NoError(t, db.Raw("SELECT current_schema()").Scan(&schema).Error)
+	const commits = 120
+	rec := &recorder{notify: make(chan string, commits+8)}
+	cfg := fastConfig()
+	cfg.BusySleep = 20 * time.Millisecond
+	cfg.IdleSleep = time.Minute
+	p, err := projector.New(e.store, rec, cfg)
+	require.NoError(t, err)
+	runProjector(t, p)
+	testenv.WaitFor(t, 10*time.Second, "the projector to listen", func() bool { return listenerPID(t, db, p) != 0 })
+
+	// Count the schema's notifications on a connection of our own.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	conn, err := pgx.ConnectConfig(ctx, testenv.PostgresConfig(t, ""))
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(ctx, "LISTEN bento_outbox")
+	require.NoError(t, err)
+	var notified atomic.Int64
+	listening := make(chan struct{})
+	go func() {
+		defer close(listening)
+		for {
+			n, err := conn.WaitForNotification(ctx)
+			if err != nil {
+				return
+			}
+			if strings.HasPrefix(n.Payload, schema+":") {
+				notified.Add(1)
+			}
+		}
+	}()
+
+	want := map[string]bool{}
+	for i := range commits {
+		for _, id := range e.commit(t, []string{fmt.Sprintf("flow-%d", i)}, 1) {
+			want[id] = true
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	deadline := time.After(20 * time.Second)
+	for len(want) > 0 {
+		select {
+		case id := <-rec.notify:
+			delete(want, id)
+		case <-deadline:
+			t.Fatalf("%d events not published within 20 s", len(want))
+		}
+	}
+	during := notified.Load()
+	t.Logf("%d commits while events flowed sent %d notifications", commits, during)
+	assert.LessOrEqual(t, during, int64(commits/10), "commits notified while the projector was busy")
+
+	testenv.WaitFor(t, 5*time.Second, "the projector to record itself idle", func() bool {
+		var idle []bool
+		require.NoError(t, db.Raw("SELECT idle FROM bento_outbox_relays WHERE worker_id = ?", p.WorkerID()).Scan(&idle).Error)
+		return len(idle) == 1 && idle[0]
+	})
+	lat := latencies(t, e, rec, 1)
+	assert.Less(t, lat[0], 5*time.Second, "an idle projector is woken, not polled")
+	testenv.WaitFor(t, 5*time.Second, "the idle projector's commit to notify", func() bool { return notified.Load() > during })
+	cancel()
+	<-listening
 }
