@@ -68,7 +68,7 @@ func summarizeSteady(runs []steadyResult, cfg steadyConfig) *SteadyReport {
 	r := &SteadyReport{
 		Rates: cfg.Rates, Seconds: cfg.Duration.Seconds(), WarmupSeconds: cfg.Warmup.Seconds(), Writers: cfg.Writers, Accounts: cfg.Accounts,
 		IdleSeconds: cfg.Idle.Seconds(), PeerMaxRate: cfg.PeerMaxRate, Runs: runs,
-		ProjectorConfig: "projector.DefaultConfig() (batch 500, 16 in flight, 10 ms busy sleep, 2 s idle poll, LISTEN/NOTIFY), rabbitmq.ConfirmPublisher",
+		ProjectorConfig: "projector.DefaultConfig() (batch 500, 16 in flight, 10 ms busy sleep, 2 s idle poll, LISTEN/NOTIFY, woken by the writers' uow.Config.AfterCommit as embedded.Open wires it), rabbitmq.ConfirmPublisher",
 	}
 	for _, p := range cfg.PeerPolls {
 		r.PeerPolls = append(r.PeerPolls, p.String())

@@ -343,7 +343,10 @@ type steadyBed struct {
 	db     *gorm.DB // the writers' pool
 	units  *uow.Manager
 	admin  *sql.DB
-	cfg    steadyConfig
+	// relay is the projector running in this process, which the writers'
+	// units wake after each commit, as embedded.Open wires them.
+	relay atomic.Pointer[projector.OutboxProjector]
+	cfg   steadyConfig
 }
 
 func newSteadyBed(ctx context.Context, e *env, cfg steadyConfig) (b *steadyBed, err error) {
@@ -363,7 +366,12 @@ func newSteadyBed(ctx context.Context, e *env, cfg steadyConfig) (b *steadyBed, 
 	if err := migrate(ctx, b.db); err != nil {
 		return nil, err
 	}
-	if b.units, err = uow.New(b.db, nil); err != nil {
+	wake := func(int) {
+		if p := b.relay.Load(); p != nil {
+			p.Wake()
+		}
+	}
+	if b.units, err = uow.New(b.db, &uow.Config{AfterCommit: wake}); err != nil {
 		return nil, err
 	}
 	if cfg.NoNotify {
@@ -401,13 +409,15 @@ func (b *steadyBed) reset(ctx context.Context) error {
 }
 
 // bentoRelay is bento's projector as minishop runs it: DefaultConfig with
-// the ConfirmPublisher, Run (LISTEN/NOTIFY wake-up) on its own pool.
+// the ConfirmPublisher, Run (LISTEN/NOTIFY wake-up) on its own pool, woken
+// in-process by the writers' units after each commit.
 type bentoRelay struct {
 	proj   *projector.OutboxProjector
 	pub    *rabbitmq.ConfirmPublisher
 	db     *gorm.DB
 	app    string
 	timer  *phaseTimer
+	bed    *steadyBed
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -437,6 +447,8 @@ func startBentoRelay(ctx context.Context, b *steadyBed, cfg *rabbitmq.Config) (*
 	ctx, r.cancel = context.WithCancel(ctx)
 	r.done = make(chan error, 1)
 	go func() { r.done <- r.proj.Run(ctx) }()
+	b.relay.Store(r.proj)
+	r.bed = b
 	// Wait until its LISTEN connection is up, so no commit goes unnoticed.
 	if err := waitListening(ctx, b, r.proj.ApplicationName()); err != nil {
 		r.stop()
@@ -449,6 +461,7 @@ func startBentoRelay(ctx context.Context, b *steadyBed, cfg *rabbitmq.Config) (*
 func (r *bentoRelay) appNames() []string { return []string{r.app, r.proj.ApplicationName()} }
 
 func (r *bentoRelay) stop() error {
+	r.bed.relay.Store(nil)
 	r.cancel()
 	err := <-r.done
 	r.closeConns()

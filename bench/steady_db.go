@@ -90,6 +90,8 @@ func runSteadyDatabase(ctx context.Context, b *steadyBed, rate float64) (steadyR
 	done := make(chan error, 2)
 	go func() { done <- proj.Run(rctx) }()
 	go func() { done <- cons.Run(rctx) }()
+	b.relay.Store(proj)
+	defer b.relay.Store(nil)
 	if err := waitListening(ctx, b, proj.ApplicationName()); err != nil {
 		return steadyRun{}, err
 	}
