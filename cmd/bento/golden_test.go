@@ -13,13 +13,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/aggregate"
+	"github.com/bentoevents/bento/consumer"
+	"github.com/bentoevents/bento/dbbus"
 	"github.com/bentoevents/bento/inbox"
 	"github.com/bentoevents/bento/internal/testenv"
+	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
 	"github.com/bentoevents/bento/rabbitmq"
 )
@@ -309,6 +313,37 @@ func seededRuns(t *testing.T, db *gorm.DB, dsn string, sample sampleFunc) {
 			"billing", id, now.Add(time.Hour).UnixMilli()).Error)
 	}
 	sample("consumer members", "", "consumer", "members", "--group", "billing")
+
+	// Group billing's two dead letters on the database bus, given up two
+	// hours ago: DATABASE_URL alone chooses it.
+	require.NoError(t, dbbus.Migrate(ctx, db))
+	require.NoError(t, dbbus.DeclareGroup(ctx, db, "billing", "order.paid"))
+	require.NoError(t, dbbus.DeclareGroup(ctx, db, consumer.DeadLetterQueue("billing"), consumer.DeadLetterTopic("billing")))
+	bus, err := dbbus.New(db, &dbbus.Config{NoListen: true})
+	require.NoError(t, err)
+	defer func() { _ = bus.Close() }()
+	var dead []string
+	for i, d := range []struct{ id, cause, reason string }{
+		{"1001", consumer.CausePermanent, "card 4111 declined"},
+		{"1002", consumer.CauseFailed, "ledger unavailable: connection refused"},
+	} {
+		m := message.NewMessage(aggregate.NewID(), []byte(`{"order_id":"`+d.id+`","amount":"12.50"}`))
+		m.Metadata.Set(messaging.MetaEventType, "order.paid")
+		m.Metadata.Set(messaging.MetaTenantID, "acme")
+		m.Metadata.Set(messaging.MetaAggregateType, "order")
+		m.Metadata.Set(messaging.MetaAggregateID, d.id)
+		m.Metadata.Set(messaging.MetaAggregateVersion, "2")
+		m.Metadata.Set(consumer.MetaDeadCause, d.cause)
+		m.Metadata.Set(consumer.MetaDeadReason, d.reason)
+		m.Metadata.Set(consumer.MetaDeadAttempts, fmt.Sprint(1+5*i))
+		m.Metadata.Set(consumer.MetaDeadAt, now.Add(-2*time.Hour).Format(time.RFC3339Nano))
+		require.NoError(t, bus.Publish(consumer.DeadLetterTopic("billing"), m))
+		dead = append(dead, m.UUID)
+	}
+	sample("consumer dead list", "", "consumer", "dead", "list", "--group", "billing")
+	sample("consumer dead show", "", "consumer", "dead", "show", dead[0], "--group", "billing")
+	sample("consumer dead replay", "y\n", "consumer", "dead", "replay", dead[1], "--group", "billing")
+	sample("consumer dead discard --dry-run", "", "consumer", "dead", "discard", "--cause", "permanent", "--group", "billing", "--dry-run")
 }
 
 // goldenBrokerRuns runs the samples of the RabbitMQ commands on a fresh
