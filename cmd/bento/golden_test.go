@@ -22,9 +22,11 @@ import (
 	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/dbbus"
 	"github.com/bentoevents/bento/inbox"
+	"github.com/bentoevents/bento/internal/fakeclock"
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/partition"
 	"github.com/bentoevents/bento/rabbitmq"
 )
 
@@ -129,7 +131,16 @@ func checkGolden(doc string, want map[string]string) (updated string, problems [
 //   - a JSON "..._age_seconds" value is rounded to whole minutes;
 //   - the names of the test's exchange and group become bento.events and
 //     billing.
-type normalizer struct{ ids, names map[string]string }
+type normalizer struct {
+	ids, names map[string]string
+	// today, when set, is the day the date of a daily partition's name
+	// (outbox_events_p20260102) counts from: it becomes that many days
+	// from 2026-01-02.
+	today time.Time
+}
+
+// partitionDayRE matches the date in a daily partition's name.
+var partitionDayRE = regexp.MustCompile(`(_p)(\d{8})\b`)
 
 var (
 	ulidRE       = regexp.MustCompile(`\b[0-9A-HJKMNP-TV-Z]{26}\b`)
@@ -151,6 +162,17 @@ func (n *normalizer) normalize(s string) string {
 		return n.ids[id]
 	})
 	s = timeRE.ReplaceAllString(s, "2026-01-02T03:04:05Z")
+	if !n.today.IsZero() {
+		s = partitionDayRE.ReplaceAllStringFunc(s, func(m string) string {
+			parts := partitionDayRE.FindStringSubmatch(m)
+			day, err := time.Parse("20060102", parts[2])
+			if err != nil {
+				return m
+			}
+			offset := int(day.Sub(n.today).Round(24*time.Hour) / (24 * time.Hour))
+			return parts[1] + time.Date(2026, 1, 2+offset, 0, 0, 0, 0, time.UTC).Format("20060102")
+		})
+	}
 	return ageSecondsRE.ReplaceAllStringFunc(s, func(m string) string {
 		parts := ageSecondsRE.FindStringSubmatch(m)
 		v, err := strconv.ParseFloat(parts[2], 64)
@@ -346,6 +368,36 @@ func seededRuns(t *testing.T, db *gorm.DB, dsn string, sample sampleFunc) {
 	sample("consumer dead discard --dry-run", "", "consumer", "dead", "discard", "--cause", "permanent", "--group", "billing", "--dry-run")
 }
 
+// goldenMaintainRuns runs bento maintain on a schema of daily partitions,
+// the outbox's created from three days ago, with a sent row in the
+// oldest and a pending one in the next. The output shows today as
+// 2026-01-02 (see normalizer.today). Its ages are whole days, so that it
+// plans the same at any time of day.
+func goldenMaintainRuns(t *testing.T) map[string]string {
+	t.Helper()
+	db, dsn := testenv.Postgres(t)
+	now := time.Now().UTC()
+	today := now.Truncate(24 * time.Hour)
+	past := today.AddDate(0, 0, -3)
+	require.NoError(t, outbox.MigrateWith(t.Context(), db, &partition.MigrateOpts{
+		Partitioning: partition.Daily, Ahead: 10, Clock: fakeclock.New(past),
+	}))
+	vars := map[string]string{"DATABASE_URL": dsn}
+	r := runInProcess(vars, "", "migrate", "up", "--partition", "daily")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	clock := testenv.NewClock(past.Add(time.Hour))
+	st, err := outbox.NewStore(db, &outbox.Config{Clock: clock, Test: outbox.TestConfig{Clock: clock}})
+	require.NoError(t, err)
+	e := &env{db: db, dsn: dsn, store: st, clock: clock}
+	e.seed(t, event{topic: "order.paid", status: outbox.StatusSent})
+	clock.Set(past.AddDate(0, 0, 1).Add(time.Hour))
+	e.seed(t, event{topic: "order.paid", status: outbox.StatusNew})
+	norm := &normalizer{ids: map[string]string{}, today: today}
+	return sampler(t, vars, norm, func(sample sampleFunc) {
+		sample("maintain --dry-run", "", "maintain", "--dry-run", "--outbox-retention", "1d", "--inbox-retention", "2d", "--seal-after", "1d", "--ahead", "8")
+	})
+}
+
 // goldenBrokerRuns runs the samples of the RabbitMQ commands on a fresh
 // exchange, named bento.events in the output, with a group named billing.
 func goldenBrokerRuns(t *testing.T) map[string]string {
@@ -371,6 +423,9 @@ func goldenBrokerRuns(t *testing.T) map[string]string {
 func TestGoldenDocs(t *testing.T) {
 	want := goldenHelp(t)
 	for k, v := range goldenRuns(t) {
+		want[k] = v
+	}
+	for k, v := range goldenMaintainRuns(t) {
 		want[k] = v
 	}
 	for k, v := range goldenBrokerRuns(t) {
@@ -443,4 +498,10 @@ func TestNormalizerKeepsWidths(t *testing.T) {
 	want := id1 + "  2026-01-02T03:04:05Z  x\n" + id2 + "  " + id1 + "\n" + `"oldest_pending_age_seconds": 10800` + "\n"
 	require.Len(t, id1, 26)
 	assert.Equal(t, want, n.normalize(in))
+
+	// Partition dates count from today, which becomes 2026-01-02.
+	days := &normalizer{today: time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)}
+	assert.Equal(t, "outbox_events_p20251230 inbox_messages_p20260102 outbox_events_p20260110",
+		days.normalize("outbox_events_p20261125 inbox_messages_p20261128 outbox_events_p20261206"))
+	assert.Equal(t, "outbox_events_p20261125", n.normalize("outbox_events_p20261125"), "without today: as it is")
 }
