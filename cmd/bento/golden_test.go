@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,7 +38,8 @@ import (
 // commands (KEY "stats -h", "dead -h", "-h") and sample runs against a
 // seeded test database (KEY "run: ..."). The test fails when a command of
 // the commands table has no block, when a block names nothing the test
-// produces, and when a block's text differs from the output.
+// produces, when a block's text differs from the output, and when a
+// command has no sample run.
 //
 //	go test ./cmd/bento -run Golden -update
 //
@@ -398,6 +401,49 @@ func goldenMaintainRuns(t *testing.T) map[string]string {
 	})
 }
 
+// goldenConsoleRun runs bento console on a migrated SQLite file until it
+// serves, then ends its context, as SIGTERM does, and returns what it
+// printed, the free port it picked written as 38211.
+func goldenConsoleRun(t *testing.T) map[string]string {
+	t.Helper()
+	vars := map[string]string{"DATABASE_URL": "sqlite:" + filepath.Join(t.TempDir(), "console.db")}
+	r := runInProcess(vars, "", "migrate", "up")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var out, errb lockedBuffer
+	args := []string{"console", "--addr", "127.0.0.1:0"}
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, args, strings.NewReader(""), &out, &errb, func(k string) string { return vars[k] })
+	}()
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "serving on") }, 10*time.Second, 10*time.Millisecond,
+		"bento console serves; stderr: %s", errb.String())
+	cancel()
+	require.Equal(t, exitOK, <-done, errb.String())
+	require.Empty(t, errb.String())
+	text := "$ bento " + strings.Join(args, " ") + "\n" + out.String()
+	return map[string]string{"run: console": regexp.MustCompile(`127\.0\.0\.1:\d+/`).ReplaceAllString(text, "127.0.0.1:38211/")}
+}
+
+// lockedBuffer is a bytes.Buffer safe for concurrent use.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
 // goldenBrokerRuns runs the samples of the RabbitMQ commands on a fresh
 // exchange, named bento.events in the output, with a group named billing.
 func goldenBrokerRuns(t *testing.T) map[string]string {
@@ -425,11 +471,23 @@ func TestGoldenDocs(t *testing.T) {
 	for k, v := range goldenRuns(t) {
 		want[k] = v
 	}
+	for k, v := range goldenConsoleRun(t) {
+		want[k] = v
+	}
 	for k, v := range goldenMaintainRuns(t) {
 		want[k] = v
 	}
 	for k, v := range goldenBrokerRuns(t) {
 		want[k] = v
+	}
+	// Every command has a sample run as well as its -h.
+	for _, c := range commands {
+		sampled := false
+		for key := range want {
+			sampled = sampled || key == "run: "+c.name || strings.HasPrefix(key, "run: "+c.name+" ") ||
+				strings.HasPrefix(key, "run: "+c.name+",")
+		}
+		assert.True(t, sampled, "bento %s has no sample run (a \"run: %s ...\" key): add one to the golden runs", c.name, c.name)
 	}
 	raw, err := os.ReadFile(cliDoc)
 	require.NoError(t, err)
