@@ -76,6 +76,10 @@ type consumeRun struct {
 	Write       *latencies `json:"handler_insert,omitempty"`
 	// Idle is the CPU the drained consumer used afterwards ("dbbus" mode).
 	Idle *IdleCPU `json:"idle,omitempty"`
+	// Stalled is set when the "wmsql" mode's subscriber stalled behind a
+	// transaction open since before the messages were published: what
+	// held it back. Such a run has no rate and is left out of the summary.
+	Stalled *stall `json:"stalled,omitempty"`
 }
 
 // consumeKey names a measurement in the results, e.g. "inbox/write/x8".
@@ -308,7 +312,13 @@ func runConsume(ctx context.Context, b *consumeBed, handler, mode string, n int)
 		return r, b.check(ctx, handler, mode, group, r.Messages)
 	}
 	if mode == "wmsql" {
-		if err := runWatermillSQL(ctx, b, db, group, n, fn, c); err != nil {
+		var stalled *peerStallError
+		err := runWatermillSQL(ctx, b, db, group, n, fn, c)
+		if errors.As(err, &stalled) {
+			r.Stalled = stalled.stall
+			return r, nil
+		}
+		if err != nil {
 			return r, err
 		}
 		r.Seconds, r.Rate = c.rate()
@@ -610,8 +620,12 @@ func runConsumeScenario(ctx context.Context, e *env, cfg consumeConfig, report f
 				if l := r.Write; l != nil {
 					extra += fmt.Sprintf("; handler INSERT p50 %.2f ms", l.P50)
 				}
-				report(fmt.Sprintf("%-18s %6s messages in %6.2f s: %8s msg/s%s", consumeKey(mode, h, n),
-					thousands(float64(r.Messages)), r.Seconds, thousands(r.Rate), extra))
+				if r.Stalled != nil {
+					report(fmt.Sprintf("%-18s %6s messages: %s", consumeKey(mode, h, n), thousands(float64(r.Messages)), r.Stalled))
+				} else {
+					report(fmt.Sprintf("%-18s %6s messages in %6.2f s: %8s msg/s%s", consumeKey(mode, h, n),
+						thousands(float64(r.Messages)), r.Seconds, thousands(r.Rate), extra))
+				}
 				out = append(out, r)
 			}
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -52,6 +53,9 @@ func runWatermillSQL(ctx context.Context, b *consumeBed, db *gorm.DB, group stri
 			return fmt.Errorf("watermill-sql publish: %w", err)
 		}
 	}
+	// Only a transaction open since before the last publish committed can
+	// hold the published rows back.
+	published := time.Now()
 	dispatch, err := decodeDispatch(db, fn)
 	if err != nil {
 		return err
@@ -77,7 +81,58 @@ func runWatermillSQL(ctx context.Context, b *consumeBed, db *gorm.DB, group stri
 		defer sub.Close()
 		router.AddConsumerHandler(fmt.Sprintf("%s-%d", group, i), wtopic, sub, dispatch)
 	}
-	return runUntilCounted(ctx, c, []func(context.Context) error{router.Run}, nil)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	watch := func(ctx context.Context) error { return watchStall(ctx, db, c, published, cancel) }
+	err = runUntilCounted(ctx, c, []func(context.Context) error{router.Run, watch}, nil)
+	var stalled *peerStallError
+	if errors.As(context.Cause(ctx), &stalled) {
+		return stalled
+	}
+	return err
+}
+
+// peerStallAfter is how long the "wmsql" mode waits without a message
+// handled before it looks for a transaction holding its subscriber back.
+var peerStallAfter = 15 * time.Second
+
+// peerStallError ends a "wmsql" run whose subscriber stalled behind a
+// transaction open since before the messages were published:
+// watermill-sql's PostgreSQL subscriber reads only below the oldest
+// transaction still open in the cluster, so it receives nothing until
+// that transaction ends. That is the peer's property, which the run
+// reports; it is not a failure of bento.
+type peerStallError struct{ stall *stall }
+
+func (e *peerStallError) Error() string { return "watermill-sql subscriber " + e.stall.String() }
+
+// watchStall returns when ctx is done; before, once c has counted nothing
+// new for peerStallAfter while a transaction open since before published
+// is still open, it ends the run with a *peerStallError (cancel's cause).
+func watchStall(ctx context.Context, db *gorm.DB, c *counter, published time.Time, cancel context.CancelCauseFunc) error {
+	tick := time.NewTicker(peerStallAfter / 10)
+	defer tick.Stop()
+	seen, since := c.n.Load(), time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		if n := c.n.Load(); n != seen {
+			seen, since = n, time.Now()
+			continue
+		}
+		if time.Since(since) < peerStallAfter {
+			continue
+		}
+		s, err := openSince(ctx, db, published, int(c.want-seen))
+		if err != nil || s.OpenTransactions == 0 {
+			continue // not (known to be) held back: wait on, up to runUntilCounted's limit
+		}
+		cancel(&peerStallError{stall: s})
+		return nil
+	}
 }
 
 // dbIdleWindow is how long the "dbbus" mode measures its consumer's CPU

@@ -55,7 +55,7 @@ func summarizeConsume(runs []consumeResult, cfg consumeConfig) *ConsumeReport {
 			row := ConsumeRow{Handler: h, Consumers: n}
 			for _, run := range runs {
 				for _, r := range run {
-					if r.Handler != h || r.Consumers != n {
+					if r.Handler != h || r.Consumers != n || r.Stalled != nil {
 						continue
 					}
 					switch r.Mode {

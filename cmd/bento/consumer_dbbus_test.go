@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"io"
+	"net/http"
 	"path/filepath"
 	"testing"
 	"time"
@@ -107,4 +109,59 @@ func TestConsumerDeadLettersOnTheDatabaseBus(t *testing.T) {
 			assert.Contains(t, r.stderr, "--bus")
 		})
 	}
+}
+
+// TestConsoleOnTheEmbeddedDefault: bento console --group on the embedded
+// default (a SQLite file opened by embedded.Open, no broker) shows the
+// group's pages: the menu links to them, the group's dead letter on the
+// database bus is listed and shown, and its parked events and members
+// pages answer. Without --group there are no consumer pages.
+func TestConsoleOnTheEmbeddedDefault(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "app.db")
+	stack, err := embedded.Open(ctx, &embedded.Config{Path: path})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = stack.Close() })
+	const group = "billing"
+	require.NoError(t, dbbus.DeclareGroup(ctx, stack.DB, consumer.DeadLetterQueue(group), consumer.DeadLetterTopic(group)))
+	m := message.NewMessage("dead-embedded-1", []byte(`{"sku":"kiwi"}`))
+	m.Metadata.Set(messaging.MetaEventType, "sku.ordered")
+	m.Metadata.Set(consumer.MetaDeadCause, consumer.CausePermanent)
+	m.Metadata.Set(consumer.MetaDeadReason, "unknown sku kiwi")
+	require.NoError(t, stack.Bus.Publish(consumer.DeadLetterTopic(group), m))
+
+	get := func(base, p string) (int, string) {
+		t.Helper()
+		res, err := http.Get(base + p)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		body, err := io.ReadAll(res.Body)
+		require.NoError(t, err)
+		return res.StatusCode, string(body)
+	}
+	env := []string{"DATABASE_URL=sqlite:" + path, "AMQP_URL="}
+	base, stop := startConsoleEnv(t, env, "--addr", "127.0.0.1:0", "--group", group)
+	code, body := get(base, "")
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, `href="./consumers"`, "the overview's menu links to the consumer pages")
+	code, body = get(base, "consumers/"+group)
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, `data-id="dead-embedded-1"`, "the group's dead letter on the database bus")
+	code, body = get(base, "consumers/"+group+"/dead-embedded-1")
+	assert.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, "unknown sku kiwi")
+	for _, p := range []string{"consumers/" + group + "/parked", "consumers/" + group + "/members"} {
+		code, body = get(base, p)
+		assert.Equal(t, http.StatusOK, code, "%s: %s", p, body)
+	}
+	stop()
+
+	base, stop = startConsoleEnv(t, env, "--addr", "127.0.0.1:0")
+	defer stop()
+	code, body = get(base, "")
+	require.Equal(t, http.StatusOK, code, body)
+	assert.NotContains(t, body, `href="./consumers"`, "no group named: no consumer pages")
+	code, _ = get(base, "consumers")
+	assert.Equal(t, http.StatusNotFound, code)
 }

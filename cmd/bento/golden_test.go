@@ -7,20 +7,28 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/aggregate"
+	"github.com/bentoevents/bento/consumer"
+	"github.com/bentoevents/bento/dbbus"
 	"github.com/bentoevents/bento/inbox"
+	"github.com/bentoevents/bento/internal/fakeclock"
 	"github.com/bentoevents/bento/internal/testenv"
+	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/partition"
 	"github.com/bentoevents/bento/rabbitmq"
 )
 
@@ -30,7 +38,8 @@ import (
 // commands (KEY "stats -h", "dead -h", "-h") and sample runs against a
 // seeded test database (KEY "run: ..."). The test fails when a command of
 // the commands table has no block, when a block names nothing the test
-// produces, and when a block's text differs from the output.
+// produces, when a block's text differs from the output, and when a
+// command has no sample run.
 //
 //	go test ./cmd/bento -run Golden -update
 //
@@ -125,7 +134,16 @@ func checkGolden(doc string, want map[string]string) (updated string, problems [
 //   - a JSON "..._age_seconds" value is rounded to whole minutes;
 //   - the names of the test's exchange and group become bento.events and
 //     billing.
-type normalizer struct{ ids, names map[string]string }
+type normalizer struct {
+	ids, names map[string]string
+	// today, when set, is the day the date of a daily partition's name
+	// (outbox_events_p20260102) counts from: it becomes that many days
+	// from 2026-01-02.
+	today time.Time
+}
+
+// partitionDayRE matches the date in a daily partition's name.
+var partitionDayRE = regexp.MustCompile(`(_p)(\d{8})\b`)
 
 var (
 	ulidRE       = regexp.MustCompile(`\b[0-9A-HJKMNP-TV-Z]{26}\b`)
@@ -147,6 +165,17 @@ func (n *normalizer) normalize(s string) string {
 		return n.ids[id]
 	})
 	s = timeRE.ReplaceAllString(s, "2026-01-02T03:04:05Z")
+	if !n.today.IsZero() {
+		s = partitionDayRE.ReplaceAllStringFunc(s, func(m string) string {
+			parts := partitionDayRE.FindStringSubmatch(m)
+			day, err := time.Parse("20060102", parts[2])
+			if err != nil {
+				return m
+			}
+			offset := int(day.Sub(n.today).Round(24*time.Hour) / (24 * time.Hour))
+			return parts[1] + time.Date(2026, 1, 2+offset, 0, 0, 0, 0, time.UTC).Format("20060102")
+		})
+	}
 	return ageSecondsRE.ReplaceAllStringFunc(s, func(m string) string {
 		parts := ageSecondsRE.FindStringSubmatch(m)
 		v, err := strconv.ParseFloat(parts[2], 64)
@@ -309,6 +338,110 @@ func seededRuns(t *testing.T, db *gorm.DB, dsn string, sample sampleFunc) {
 			"billing", id, now.Add(time.Hour).UnixMilli()).Error)
 	}
 	sample("consumer members", "", "consumer", "members", "--group", "billing")
+
+	// Group billing's two dead letters on the database bus, given up two
+	// hours ago: DATABASE_URL alone chooses it.
+	require.NoError(t, dbbus.Migrate(ctx, db))
+	require.NoError(t, dbbus.DeclareGroup(ctx, db, "billing", "order.paid"))
+	require.NoError(t, dbbus.DeclareGroup(ctx, db, consumer.DeadLetterQueue("billing"), consumer.DeadLetterTopic("billing")))
+	bus, err := dbbus.New(db, &dbbus.Config{NoListen: true})
+	require.NoError(t, err)
+	defer func() { _ = bus.Close() }()
+	var dead []string
+	for i, d := range []struct{ id, cause, reason string }{
+		{"1001", consumer.CausePermanent, "card 4111 declined"},
+		{"1002", consumer.CauseFailed, "ledger unavailable: connection refused"},
+	} {
+		m := message.NewMessage(aggregate.NewID(), []byte(`{"order_id":"`+d.id+`","amount":"12.50"}`))
+		m.Metadata.Set(messaging.MetaEventType, "order.paid")
+		m.Metadata.Set(messaging.MetaTenantID, "acme")
+		m.Metadata.Set(messaging.MetaAggregateType, "order")
+		m.Metadata.Set(messaging.MetaAggregateID, d.id)
+		m.Metadata.Set(messaging.MetaAggregateVersion, "2")
+		m.Metadata.Set(consumer.MetaDeadCause, d.cause)
+		m.Metadata.Set(consumer.MetaDeadReason, d.reason)
+		m.Metadata.Set(consumer.MetaDeadAttempts, fmt.Sprint(1+5*i))
+		m.Metadata.Set(consumer.MetaDeadAt, now.Add(-2*time.Hour).Format(time.RFC3339Nano))
+		require.NoError(t, bus.Publish(consumer.DeadLetterTopic("billing"), m))
+		dead = append(dead, m.UUID)
+	}
+	sample("consumer dead list", "", "consumer", "dead", "list", "--group", "billing")
+	sample("consumer dead show", "", "consumer", "dead", "show", dead[0], "--group", "billing")
+	sample("consumer dead replay", "y\n", "consumer", "dead", "replay", dead[1], "--group", "billing")
+	sample("consumer dead discard --dry-run", "", "consumer", "dead", "discard", "--cause", "permanent", "--group", "billing", "--dry-run")
+}
+
+// goldenMaintainRuns runs bento maintain on a schema of daily partitions,
+// the outbox's created from three days ago, with a sent row in the
+// oldest and a pending one in the next. The output shows today as
+// 2026-01-02 (see normalizer.today). Its ages are whole days, so that it
+// plans the same at any time of day.
+func goldenMaintainRuns(t *testing.T) map[string]string {
+	t.Helper()
+	db, dsn := testenv.Postgres(t)
+	now := time.Now().UTC()
+	today := now.Truncate(24 * time.Hour)
+	past := today.AddDate(0, 0, -3)
+	require.NoError(t, outbox.MigrateWith(t.Context(), db, &partition.MigrateOpts{
+		Partitioning: partition.Daily, Ahead: 10, Clock: fakeclock.New(past),
+	}))
+	vars := map[string]string{"DATABASE_URL": dsn}
+	r := runInProcess(vars, "", "migrate", "up", "--partition", "daily")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	clock := testenv.NewClock(past.Add(time.Hour))
+	st, err := outbox.NewStore(db, &outbox.Config{Clock: clock, Test: outbox.TestConfig{Clock: clock}})
+	require.NoError(t, err)
+	e := &env{db: db, dsn: dsn, store: st, clock: clock}
+	e.seed(t, event{topic: "order.paid", status: outbox.StatusSent})
+	clock.Set(past.AddDate(0, 0, 1).Add(time.Hour))
+	e.seed(t, event{topic: "order.paid", status: outbox.StatusNew})
+	norm := &normalizer{ids: map[string]string{}, today: today}
+	return sampler(t, vars, norm, func(sample sampleFunc) {
+		sample("maintain --dry-run", "", "maintain", "--dry-run", "--outbox-retention", "1d", "--inbox-retention", "2d", "--seal-after", "1d", "--ahead", "8")
+	})
+}
+
+// goldenConsoleRun runs bento console on a migrated SQLite file until it
+// serves, then ends its context, as SIGTERM does, and returns what it
+// printed, the free port it picked written as 38211.
+func goldenConsoleRun(t *testing.T) map[string]string {
+	t.Helper()
+	vars := map[string]string{"DATABASE_URL": "sqlite:" + filepath.Join(t.TempDir(), "console.db")}
+	r := runInProcess(vars, "", "migrate", "up")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var out, errb lockedBuffer
+	args := []string{"console", "--addr", "127.0.0.1:0"}
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, args, strings.NewReader(""), &out, &errb, func(k string) string { return vars[k] })
+	}()
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "serving on") }, 10*time.Second, 10*time.Millisecond,
+		"bento console serves; stderr: %s", errb.String())
+	cancel()
+	require.Equal(t, exitOK, <-done, errb.String())
+	require.Empty(t, errb.String())
+	text := "$ bento " + strings.Join(args, " ") + "\n" + out.String()
+	return map[string]string{"run: console": regexp.MustCompile(`127\.0\.0\.1:\d+/`).ReplaceAllString(text, "127.0.0.1:38211/")}
+}
+
+// lockedBuffer is a bytes.Buffer safe for concurrent use.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // goldenBrokerRuns runs the samples of the RabbitMQ commands on a fresh
@@ -338,8 +471,23 @@ func TestGoldenDocs(t *testing.T) {
 	for k, v := range goldenRuns(t) {
 		want[k] = v
 	}
+	for k, v := range goldenConsoleRun(t) {
+		want[k] = v
+	}
+	for k, v := range goldenMaintainRuns(t) {
+		want[k] = v
+	}
 	for k, v := range goldenBrokerRuns(t) {
 		want[k] = v
+	}
+	// Every command has a sample run as well as its -h.
+	for _, c := range commands {
+		sampled := false
+		for key := range want {
+			sampled = sampled || key == "run: "+c.name || strings.HasPrefix(key, "run: "+c.name+" ") ||
+				strings.HasPrefix(key, "run: "+c.name+",")
+		}
+		assert.True(t, sampled, "bento %s has no sample run (a \"run: %s ...\" key): add one to the golden runs", c.name, c.name)
 	}
 	raw, err := os.ReadFile(cliDoc)
 	require.NoError(t, err)
@@ -408,4 +556,10 @@ func TestNormalizerKeepsWidths(t *testing.T) {
 	want := id1 + "  2026-01-02T03:04:05Z  x\n" + id2 + "  " + id1 + "\n" + `"oldest_pending_age_seconds": 10800` + "\n"
 	require.Len(t, id1, 26)
 	assert.Equal(t, want, n.normalize(in))
+
+	// Partition dates count from today, which becomes 2026-01-02.
+	days := &normalizer{today: time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)}
+	assert.Equal(t, "outbox_events_p20251230 inbox_messages_p20260102 outbox_events_p20260110",
+		days.normalize("outbox_events_p20261125 inbox_messages_p20261128 outbox_events_p20261206"))
+	assert.Equal(t, "outbox_events_p20261125", n.normalize("outbox_events_p20261125"), "without today: as it is")
 }
