@@ -1,0 +1,120 @@
+package dbbus_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/bentoevents/bento/dbbus"
+	"github.com/bentoevents/bento/internal/testenv"
+	"github.com/bentoevents/bento/messaging"
+)
+
+// countBodies counts the message bodies the bus holds.
+func countBodies(t *testing.T, db *gorm.DB) int {
+	t.Helper()
+	var n int64
+	require.NoError(t, db.Raw(`SELECT count(*) FROM dbbus_messages`).Scan(&n).Error)
+	return int(n)
+}
+
+// TestPurgeUnroutable keeps unroutable messages of two ages: a purge by
+// age must delete only the old ones, with their bodies, and leave a
+// routed message alone; a purge of all must delete the rest.
+func TestPurgeUnroutable(t *testing.T) {
+	t.Parallel()
+	testenv.ForEachBackend(t, func(t *testing.T, _ testenv.Backend, db *gorm.DB) {
+		bus := setup(t, db, dbbus.Config{})
+		ctx := t.Context()
+		require.NoError(t, dbbus.DeclareGroup(ctx, db, "billing", "order.*"))
+		for range 3 {
+			require.NoError(t, bus.Publish("stock.reserved", newMessage(`{}`)))
+		}
+		// Age the three by an hour.
+		require.NoError(t, db.Exec(`UPDATE dbbus_messages SET created_at = ? WHERE topic = 'stock.reserved'`,
+			time.Now().UTC().Add(-time.Hour).Format("2006-01-02 15:04:05")).Error)
+		require.NoError(t, bus.Publish("stock.released", newMessage(`{}`)))
+		require.NoError(t, bus.Publish("order.paid", newMessage(`{}`)))
+		st, err := dbbus.Stats(ctx, db, dbbus.UnroutableGroup)
+		require.NoError(t, err)
+		assert.Equal(t, dbbus.QueueStats{Ready: 4}, st)
+
+		n, err := dbbus.PurgeUnroutable(ctx, db, 30*time.Minute)
+		require.NoError(t, err)
+		assert.Equal(t, 3, n)
+		assert.Equal(t, 1, depth(t, db, dbbus.UnroutableGroup))
+		assert.Equal(t, 1, depth(t, db, "billing"))
+		assert.Equal(t, 2, countBodies(t, db))
+
+		n, err = dbbus.PurgeUnroutable(ctx, db, 0)
+		require.NoError(t, err)
+		assert.Equal(t, 1, n)
+		assert.Equal(t, 0, depth(t, db, dbbus.UnroutableGroup))
+		assert.Equal(t, 1, depth(t, db, "billing"), "a routed message must stay")
+		assert.Equal(t, 1, countBodies(t, db))
+	})
+}
+
+// TestDeleteGroup retires a partitioned group that holds ready and leased
+// deliveries, beside a group bound to the same topic: the retired group's
+// deliveries, bindings, partitions and owners must go, the other group's
+// copy and its body must stay, and a message published afterwards must
+// reach only the other group (the retired one no longer collects copies).
+func TestDeleteGroup(t *testing.T) {
+	t.Parallel()
+	testenv.ForEachBackend(t, func(t *testing.T, _ testenv.Backend, db *gorm.DB) {
+		bus := setup(t, db, dbbus.Config{})
+		ctx := t.Context()
+		require.NoError(t, dbbus.DeclarePartitions(ctx, db, "shipping", 2, "order.*"))
+		require.NoError(t, dbbus.DeclareGroup(ctx, db, "billing", "order.*"))
+		require.NoError(t, dbbus.DeclareGroup(ctx, db, "shipping.dead", "dead.shipping"))
+		for range 4 {
+			require.NoError(t, bus.Publish("order.paid", newMessage(`{}`)))
+		}
+		require.NoError(t, bus.Publish("dead.shipping", newMessage(`{}`)))
+		// Lease one delivery of a partition, as a subscriber that still
+		// runs would hold it, and own the queue.
+		require.NoError(t, db.Exec(`UPDATE dbbus_deliveries SET lease_token = 'tok'
+			WHERE id = (SELECT min(id) FROM dbbus_deliveries WHERE group_name LIKE 'shipping.p%')`).Error)
+		var until any = time.Now().Add(time.Hour)
+		if db.Dialector.Name() == "sqlite" {
+			until = time.Now().Add(time.Hour).UnixMilli()
+		}
+		require.NoError(t, db.Exec(`INSERT INTO dbbus_queue_owners (queue, owner, leased_until) VALUES (?, 'tok', ?)`,
+			messaging.PartitionQueue("shipping", 0), until).Error)
+		st, err := dbbus.Stats(ctx, db, "shipping")
+		require.NoError(t, err)
+		assert.Equal(t, dbbus.QueueStats{Ready: 3, Leased: 1}, st)
+
+		del, err := dbbus.DeleteGroup(ctx, db, "shipping")
+		require.NoError(t, err)
+		assert.Equal(t, 4, del.Messages)
+		assert.Equal(t, []string{messaging.PartitionQueue("shipping", 0), messaging.PartitionQueue("shipping", 1)}, del.Queues)
+		_, err = dbbus.Stats(ctx, db, "shipping")
+		require.ErrorIs(t, err, messaging.ErrQueueNotFound)
+		var owners int64
+		require.NoError(t, db.Raw(`SELECT count(*) FROM dbbus_queue_owners`).Scan(&owners).Error)
+		assert.Zero(t, owners)
+		assert.Equal(t, 4, depth(t, db, "billing"))
+		assert.Equal(t, 5, countBodies(t, db), "billing's copies and the dead letter keep their bodies")
+
+		del, err = dbbus.DeleteGroup(ctx, db, "shipping.dead")
+		require.NoError(t, err)
+		assert.Equal(t, 1, del.Messages)
+		assert.Equal(t, 4, countBodies(t, db))
+
+		require.NoError(t, bus.Publish("order.shipped", newMessage(`{}`)))
+		assert.Equal(t, 5, depth(t, db, "billing"))
+		assert.Equal(t, 0, depth(t, db, dbbus.UnroutableGroup))
+
+		// Deleting it again removes nothing; the unroutable group is reserved.
+		del, err = dbbus.DeleteGroup(ctx, db, "shipping")
+		require.NoError(t, err)
+		assert.Zero(t, del.Messages)
+		_, err = dbbus.DeleteGroup(ctx, db, dbbus.UnroutableGroup)
+		require.ErrorIs(t, err, messaging.ErrInvalidName)
+	})
+}
