@@ -70,21 +70,21 @@ func partitionQueues(group string, n int) []string {
 }
 
 // olderThanSQL is the condition, per dialect, that a body m was published
-// more than ? milliseconds ago by the database's clock.
+// more than @ms milliseconds ago by the database's clock.
 func olderThanSQL(d dialect.Dialect) string {
 	if d == dialect.Postgres {
-		return `m.created_at < now() - ? * interval '1 millisecond'`
+		return `m.created_at < now() - @ms * interval '1 millisecond'`
 	}
 	// SQLite's CURRENT_TIMESTAMP is 'YYYY-MM-DD HH:MM:SS' in UTC.
-	return `m.created_at < datetime('now', '-' || (? / 1000.0) || ' seconds')`
+	return `m.created_at < datetime('now', '-' || (@ms / 1000.0) || ' seconds')`
 }
 
-// PurgeUnroutableSQL is the statement of one batch of [PurgeUnroutable]
-// with an age, per dialect: it deletes those of the ready deliveries ?
-// (ids, read in id order through dbbus_deliveries_ready) whose body was
-// published more than ? milliseconds ago, and returns their message ids.
+// purgeUnroutableSQL is the statement of one batch of [PurgeUnroutable]
+// with an age, per dialect: it deletes those of the ready deliveries @ids
+// (read in id order through dbbus_deliveries_ready) whose body was
+// published more than @ms milliseconds ago, and returns their message ids.
 func purgeUnroutableSQL(d dialect.Dialect) string {
-	return `DELETE FROM dbbus_deliveries WHERE id IN ? AND lease_token IS NULL
+	return `DELETE FROM dbbus_deliveries WHERE group_name = @group AND id IN @ids AND lease_token IS NULL
 AND EXISTS (SELECT 1 FROM dbbus_messages AS m
 	WHERE m.id = dbbus_deliveries.message_id AND m.topic = dbbus_deliveries.topic AND ` + olderThanSQL(d) + `)
 RETURNING message_id`
@@ -130,9 +130,10 @@ func PurgeUnroutable(ctx context.Context, db *gorm.DB, olderThan time.Duration) 
 		after = ids[len(ids)-1]
 		var gone []string
 		err := db.Transaction(func(tx *gorm.DB) error {
-			q := tx.Raw(`DELETE FROM dbbus_deliveries WHERE id IN ? AND lease_token IS NULL RETURNING message_id`, ids)
+			args := map[string]any{"group": UnroutableGroup, "ids": ids, "ms": olderThan.Milliseconds()}
+			q := tx.Raw(purgeAllSQL, args)
 			if olderThan > 0 {
-				q = tx.Raw(purgeUnroutableSQL(d), ids, olderThan.Milliseconds())
+				q = tx.Raw(purgeUnroutableSQL(d), args)
 			}
 			if err := q.Scan(&gone).Error; err != nil {
 				return err
@@ -153,6 +154,27 @@ func PurgeUnroutable(ctx context.Context, db *gorm.DB, olderThan time.Duration) 
 		}
 	}
 }
+
+// purgeAllSQL deletes the ready deliveries @ids of @group and returns
+// their message ids.
+const purgeAllSQL = `DELETE FROM dbbus_deliveries WHERE group_name = @group AND id IN @ids AND lease_token IS NULL
+RETURNING message_id`
+
+// pickQueueSQL reads the ids of up to @limit deliveries of @group, ready
+// (the statement with "IS NULL") or leased ("IS NOT NULL"), through the
+// partial index of their state, in that index's order.
+func pickQueueSQL(state string) string {
+	order := "id"
+	if state == "IS NOT NULL" {
+		order = "leased_until"
+	}
+	return `SELECT id FROM dbbus_deliveries WHERE group_name = @group AND lease_token ` + state +
+		` ORDER BY ` + order + ` LIMIT @limit`
+}
+
+// deleteIDsSQL deletes the deliveries @ids of @group, whatever their
+// state, and returns their message ids.
+const deleteIDsSQL = `DELETE FROM dbbus_deliveries WHERE group_name = @group AND id IN @ids RETURNING message_id`
 
 // Deleted is what [DeleteGroup] removed.
 type Deleted struct {
@@ -212,16 +234,23 @@ func DeleteGroup(ctx context.Context, db *gorm.DB, group string) (Deleted, error
 		return del, wrapDB("delete group", err)
 	}
 	for _, q := range del.Queues {
-		for _, leased := range []string{"IS NULL", "IS NOT NULL"} {
+		for _, state := range []string{"IS NULL", "IS NOT NULL"} {
 			for {
 				if err := ctx.Err(); err != nil {
 					return del, fmt.Errorf("dbbus: delete group: %w", err)
 				}
+				var ids []int64
+				if err := db.Raw(pickQueueSQL(state), map[string]any{"group": q, "limit": maintainBatch}).
+					Scan(&ids).Error; err != nil {
+					return del, wrapDB("delete group", err)
+				}
+				if len(ids) == 0 {
+					break
+				}
 				var gone []string
 				err := db.Transaction(func(tx *gorm.DB) error {
-					if err := tx.Raw(`DELETE FROM dbbus_deliveries WHERE id IN (
-	SELECT id FROM dbbus_deliveries WHERE group_name = ? AND lease_token `+leased+` LIMIT ?
-) RETURNING message_id`, q, maintainBatch).Scan(&gone).Error; err != nil {
+					if err := tx.Raw(deleteIDsSQL, map[string]any{"group": q, "ids": ids}).
+						Scan(&gone).Error; err != nil {
 						return err
 					}
 					if len(gone) == 0 {
@@ -233,7 +262,7 @@ func DeleteGroup(ctx context.Context, db *gorm.DB, group string) (Deleted, error
 					return del, wrapDB("delete group", err)
 				}
 				del.Messages += len(gone)
-				if len(gone) < maintainBatch {
+				if len(ids) < maintainBatch {
 					break
 				}
 			}

@@ -1,6 +1,8 @@
 package dbbus_test
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -117,4 +119,56 @@ func TestDeleteGroup(t *testing.T) {
 		_, err = dbbus.DeleteGroup(ctx, db, dbbus.UnroutableGroup)
 		require.ErrorIs(t, err, messaging.ErrInvalidName)
 	})
+}
+
+// TestPostgresMaintainPlans pins the plans of PurgeUnroutable and
+// DeleteGroup on a table where nearly every row is another group's or
+// leased, analyzed or not: the walk of the unroutable group reads
+// dbbus_deliveries_ready, a batch's delete goes by primary key, and
+// DeleteGroup reads a queue's ready and leased rows through their partial
+// indexes, never by a sequential scan.
+func TestPostgresMaintainPlans(t *testing.T) {
+	t.Parallel()
+	for _, analyzed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("analyzed=%v", analyzed), func(t *testing.T) {
+			t.Parallel()
+			db, _ := testenv.Postgres(t)
+			require.NoError(t, dbbus.Migrate(t.Context(), db))
+			skew(t, db)
+			require.NoError(t, db.Exec(`INSERT INTO dbbus_deliveries (group_name, message_id)
+				SELECT ?, 'lost-' || g FROM generate_series(1, 5) AS g`, dbbus.UnroutableGroup).Error)
+			if analyzed {
+				require.NoError(t, db.Exec("ANALYZE dbbus_deliveries").Error)
+			}
+			walk := explainPlan(t, db, dbbus.PeekSQL, map[string]any{"group": dbbus.UnroutableGroup, "after": 0, "limit": 500})
+			assertIndexed(t, "the purge's walk", walk, "dbbus_deliveries_ready")
+			ids := []int64{30001, 30002, 30003}
+			lost := dbbus.UnroutableGroup
+			aged := explainPlan(t, db, dbbus.PostgresPurgeUnroutableSQL, map[string]any{"group": lost, "ids": ids, "ms": 3600000})
+			assertAnyIndex(t, "the purge by age", aged)
+			all := explainPlan(t, db, dbbus.PurgeAllSQL, map[string]any{"group": lost, "ids": ids})
+			assertAnyIndex(t, "the purge of all", all)
+			ready := explainPlan(t, db, dbbus.PickReadySQL, map[string]any{"group": "billing", "limit": 500})
+			assertIndexed(t, "a group's delete: its ready rows", ready, "dbbus_deliveries_ready")
+			leased := explainPlan(t, db, dbbus.PickLeasedSQL, map[string]any{"group": "billing", "limit": 500})
+			assertIndexed(t, "a group's delete: its leased rows", leased, "dbbus_deliveries_leased")
+			del := explainPlan(t, db, dbbus.DeleteIDsSQL, map[string]any{"group": "billing", "ids": ids})
+			assertAnyIndex(t, "a group's delete of a batch", del)
+		})
+	}
+}
+
+// assertAnyIndex checks that plan reads dbbus_deliveries through an index
+// (a batch of ids given: its primary key, or the partial index of their
+// group and state), never sequentially.
+func assertAnyIndex(t *testing.T, what string, plan []planNode) {
+	t.Helper()
+	used := false
+	for _, n := range plan {
+		if n.kind == "Seq Scan" && n.relation == "dbbus_deliveries" {
+			t.Errorf("%s scans dbbus_deliveries sequentially: %v", what, plan)
+		}
+		used = used || strings.HasPrefix(n.index, "dbbus_deliveries_")
+	}
+	assert.True(t, used, "%s reads dbbus_deliveries through no index: %v", what, plan)
 }
