@@ -3,6 +3,7 @@ package dbbus
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"gorm.io/gorm"
@@ -115,7 +116,10 @@ func PurgeUnroutable(ctx context.Context, db *gorm.DB, olderThan time.Duration) 
 		if err := ctx.Err(); err != nil {
 			return total, fmt.Errorf("dbbus: purge unroutable: %w", err)
 		}
-		var rows []struct{ ID int64 }
+		var rows []struct {
+			ID        int64
+			MessageID string
+		}
 		if err := db.Raw(peekDeliveries, map[string]any{"group": UnroutableGroup, "after": after, "limit": maintainBatch}).
 			Scan(&rows).Error; err != nil {
 			return total, wrapDB("purge unroutable", err)
@@ -124,12 +128,16 @@ func PurgeUnroutable(ctx context.Context, db *gorm.DB, olderThan time.Duration) 
 			return total, nil
 		}
 		ids := make([]int64, len(rows))
+		msgIDs := make([]string, len(rows))
 		for i, r := range rows {
-			ids[i] = r.ID
+			ids[i], msgIDs[i] = r.ID, r.MessageID
 		}
 		after = ids[len(ids)-1]
 		var gone []string
 		err := db.Transaction(func(tx *gorm.DB) error {
+			if err := lockMessages(tx, d, msgIDs); err != nil {
+				return err
+			}
 			args := map[string]any{"group": UnroutableGroup, "ids": ids, "ms": olderThan.Milliseconds()}
 			q := tx.Raw(purgeAllSQL, args)
 			if olderThan > 0 {
@@ -160,7 +168,7 @@ func PurgeUnroutable(ctx context.Context, db *gorm.DB, olderThan time.Duration) 
 const purgeAllSQL = `DELETE FROM dbbus_deliveries WHERE group_name = @group AND id IN @ids AND lease_token IS NULL
 RETURNING message_id`
 
-// pickQueueSQL reads the ids of up to @limit deliveries of @group, ready
+// pickQueueSQL reads the ids and message ids of up to @limit deliveries of @group, ready
 // (the statement with "IS NULL") or leased ("IS NOT NULL"), through the
 // partial index of their state, in that index's order.
 func pickQueueSQL(state string) string {
@@ -168,7 +176,7 @@ func pickQueueSQL(state string) string {
 	if state == "IS NOT NULL" {
 		order = "leased_until"
 	}
-	return `SELECT id FROM dbbus_deliveries WHERE group_name = @group AND lease_token ` + state +
+	return `SELECT id, message_id FROM dbbus_deliveries WHERE group_name = @group AND lease_token ` + state +
 		` ORDER BY ` + order + ` LIMIT @limit`
 }
 
@@ -209,9 +217,13 @@ func DeleteGroup(ctx context.Context, db *gorm.DB, group string) (Deleted, error
 	if group == UnroutableGroup {
 		return Deleted{}, fmt.Errorf("dbbus: delete group: %w: %q is reserved", messaging.ErrInvalidName, group)
 	}
+	d, err := dialect.Of(db)
+	if err != nil {
+		return Deleted{}, fmt.Errorf("dbbus: delete group: %w", err)
+	}
 	db = db.WithContext(ctx)
 	var del Deleted
-	err := db.Transaction(func(tx *gorm.DB) error {
+	err = db.Transaction(func(tx *gorm.DB) error {
 		n, err := partitionsOf(tx, group)
 		if err != nil {
 			return err
@@ -239,16 +251,27 @@ func DeleteGroup(ctx context.Context, db *gorm.DB, group string) (Deleted, error
 				if err := ctx.Err(); err != nil {
 					return del, fmt.Errorf("dbbus: delete group: %w", err)
 				}
-				var ids []int64
+				var rows []struct {
+					ID        int64
+					MessageID string
+				}
 				if err := db.Raw(pickQueueSQL(state), map[string]any{"group": q, "limit": maintainBatch}).
-					Scan(&ids).Error; err != nil {
+					Scan(&rows).Error; err != nil {
 					return del, wrapDB("delete group", err)
 				}
-				if len(ids) == 0 {
+				if len(rows) == 0 {
 					break
+				}
+				ids := make([]int64, len(rows))
+				msgIDs := make([]string, len(rows))
+				for i, r := range rows {
+					ids[i], msgIDs[i] = r.ID, r.MessageID
 				}
 				var gone []string
 				err := db.Transaction(func(tx *gorm.DB) error {
+					if err := lockMessages(tx, d, msgIDs); err != nil {
+						return err
+					}
 					if err := tx.Raw(deleteIDsSQL, map[string]any{"group": q, "ids": ids}).
 						Scan(&gone).Error; err != nil {
 						return err
@@ -262,11 +285,28 @@ func DeleteGroup(ctx context.Context, db *gorm.DB, group string) (Deleted, error
 					return del, wrapDB("delete group", err)
 				}
 				del.Messages += len(gone)
-				if len(ids) < maintainBatch {
+				if len(rows) < maintainBatch {
 					break
 				}
 			}
 		}
 	}
 	return del, nil
+}
+
+// lockMessages locks, on PostgreSQL, the body rows of the message ids
+// given, in id order, as an ack does: a delete of deliveries that then
+// deletes the bodies no delivery references takes turns with an ack of
+// another group's delivery of the same message, so the last of them sees
+// the other's delete and deletes the body (none is left behind).
+func lockMessages(tx *gorm.DB, d dialect.Dialect, msgIDs []string) error {
+	q := statementsFor(d).lockBodies
+	if q == "" {
+		return nil
+	}
+	ids := slices.Clone(msgIDs)
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	var locked []string
+	return tx.Raw(q, ids).Scan(&locked).Error
 }
