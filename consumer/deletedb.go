@@ -46,7 +46,7 @@ func DeleteDatabase(ctx context.Context, db *gorm.DB, group string, opts *Delete
 			if q == DeadLetterQueue(group) && st.Ready+st.Leased > 0 && !o.Force {
 				return dbbus.Deleted{}, fmt.Errorf("%w: %d in %s (replay or discard them, or force)", ErrDeadLettersLeft, st.Ready+st.Leased, q)
 			}
-			found.Queues = append(found.Queues, q)
+			found.Queues = append(found.Queues, st.Queues...)
 			found.Messages += st.Ready + st.Leased
 		}
 		if o.DryRun {

@@ -23,6 +23,9 @@ type QueueStats struct {
 	Ready int
 	// Leased is how many are leased to a subscriber and not yet acked.
 	Leased int
+	// Queues names the queues counted: the queue asked for, or the
+	// partition queues of a partitioned group.
+	Queues []string
 }
 
 // Stats counts the ready and leased deliveries of queue: a group declared
@@ -44,7 +47,7 @@ func Stats(ctx context.Context, db *gorm.DB, queue string) (QueueStats, error) {
 	} else if err := requireGroup(ctx, db, queue); err != nil {
 		return QueueStats{}, err
 	}
-	var st QueueStats
+	st := QueueStats{Queues: queues}
 	for _, q := range queues {
 		var ready, leased int64
 		if err := db.Raw(`SELECT count(*) FROM dbbus_deliveries WHERE group_name = ? AND lease_token IS NULL`, q).

@@ -42,7 +42,7 @@ func TestPurgeUnroutable(t *testing.T) {
 		require.NoError(t, bus.Publish("order.paid", newMessage(`{}`)))
 		st, err := dbbus.Stats(ctx, db, dbbus.UnroutableGroup)
 		require.NoError(t, err)
-		assert.Equal(t, dbbus.QueueStats{Ready: 4}, st)
+		assert.Equal(t, dbbus.QueueStats{Ready: 4, Queues: []string{dbbus.UnroutableGroup}}, st)
 
 		n, err := dbbus.PurgeUnroutable(ctx, db, 30*time.Minute)
 		require.NoError(t, err)
@@ -89,7 +89,9 @@ func TestDeleteGroup(t *testing.T) {
 			messaging.PartitionQueue("shipping", 0), until).Error)
 		st, err := dbbus.Stats(ctx, db, "shipping")
 		require.NoError(t, err)
-		assert.Equal(t, dbbus.QueueStats{Ready: 3, Leased: 1}, st)
+		assert.Equal(t, 3, st.Ready)
+		assert.Equal(t, 1, st.Leased)
+		assert.Equal(t, []string{messaging.PartitionQueue("shipping", 0), messaging.PartitionQueue("shipping", 1)}, st.Queues)
 
 		del, err := dbbus.DeleteGroup(ctx, db, "shipping")
 		require.NoError(t, err)
