@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
@@ -23,6 +24,15 @@ func countBodies(t *testing.T, db *gorm.DB) int {
 	return int(n)
 }
 
+// createdAt is at as the bus stores dbbus_messages.created_at: a
+// timestamptz on PostgreSQL, CURRENT_TIMESTAMP's UTC text on SQLite.
+func createdAt(db *gorm.DB, at time.Time) any {
+	if db.Dialector.Name() == "sqlite" {
+		return at.UTC().Format("2006-01-02 15:04:05")
+	}
+	return at
+}
+
 // TestPurgeUnroutable keeps unroutable messages of two ages: a purge by
 // age must delete only the old ones, with their bodies, and leave a
 // routed message alone; a purge of all must delete the rest.
@@ -37,7 +47,7 @@ func TestPurgeUnroutable(t *testing.T) {
 		}
 		// Age the three by an hour.
 		require.NoError(t, db.Exec(`UPDATE dbbus_messages SET created_at = ? WHERE topic = 'stock.reserved'`,
-			time.Now().UTC().Add(-time.Hour).Format("2006-01-02 15:04:05")).Error)
+			createdAt(db, time.Now().Add(-time.Hour))).Error)
 		require.NoError(t, bus.Publish("stock.released", newMessage(`{}`)))
 		require.NoError(t, bus.Publish("order.paid", newMessage(`{}`)))
 		st, err := dbbus.Stats(ctx, db, dbbus.UnroutableGroup)
@@ -173,4 +183,30 @@ func assertAnyIndex(t *testing.T, what string, plan []planNode) {
 		used = used || strings.HasPrefix(n.index, "dbbus_deliveries_")
 	}
 	assert.True(t, used, "%s reads dbbus_deliveries through no index: %v", what, plan)
+}
+
+// TestPurgeUnroutableInBatches keeps more unroutable messages than one
+// batch holds, all old, then a young one: the purge by age must go on
+// from batch to batch, delete every old one and stop at the young one.
+func TestPurgeUnroutableInBatches(t *testing.T) {
+	t.Parallel()
+	testenv.ForEachBackend(t, func(t *testing.T, _ testenv.Backend, db *gorm.DB) {
+		bus := setup(t, db, dbbus.Config{})
+		ctx := t.Context()
+		const n = 1234
+		msgs := make([]*message.Message, n)
+		for i := range msgs {
+			msgs[i] = newMessage(`{}`)
+		}
+		require.NoError(t, bus.Publish("stock.reserved", msgs...))
+		require.NoError(t, db.Exec(`UPDATE dbbus_messages SET created_at = ?`,
+			createdAt(db, time.Now().Add(-time.Hour))).Error)
+		require.NoError(t, bus.Publish("stock.released", newMessage(`{}`)))
+
+		deleted, err := dbbus.PurgeUnroutable(ctx, db, time.Minute)
+		require.NoError(t, err)
+		assert.Equal(t, n, deleted)
+		assert.Equal(t, 1, depth(t, db, dbbus.UnroutableGroup))
+		assert.Equal(t, 1, countBodies(t, db))
+	})
 }

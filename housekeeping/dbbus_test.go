@@ -28,8 +28,11 @@ func TestBusUnroutableRetention(t *testing.T) {
 		t.Cleanup(func() { _ = bus.Close() })
 		old := message.NewMessage(watermill.NewUUID(), []byte(`{}`))
 		require.NoError(t, bus.Publish("stock.reserved", old))
-		require.NoError(t, db.Exec(`UPDATE dbbus_messages SET created_at = ? WHERE id = ?`,
-			time.Now().UTC().Add(-2*time.Hour).Format("2006-01-02 15:04:05"), old.UUID).Error)
+		var at any = time.Now().Add(-2 * time.Hour) // a timestamptz on PostgreSQL
+		if db.Dialector.Name() == "sqlite" {
+			at = time.Now().UTC().Add(-2 * time.Hour).Format("2006-01-02 15:04:05") // CURRENT_TIMESTAMP's text
+		}
+		require.NoError(t, db.Exec(`UPDATE dbbus_messages SET created_at = ? WHERE id = ?`, at, old.UUID).Error)
 		require.NoError(t, bus.Publish("stock.reserved", message.NewMessage(watermill.NewUUID(), []byte(`{}`))))
 
 		_, names, err := housekeeping.Prepare(&housekeeping.Config{DB: db, UnroutableRetention: time.Hour,
