@@ -124,7 +124,7 @@ type DeleteOpts struct {
 // refuses, deleting nothing, while the dead-letter queue holds dead
 // letters, unless opts.Force. A consumer still running stops receiving.
 // It returns what it deleted (with opts.DryRun, what it would), up to an
-// error.
+// error. A group on the database bus is deleted with DeleteDatabase.
 //
 // Errors: ErrDeadLettersLeft, ErrInvalidConfig (neither a group nor
 // Topology), rabbitmq.ErrInvalidConfig, messaging.ErrInvalidName (a bad

@@ -103,6 +103,18 @@
 // whose context ends rolls back the transaction under way and leaves its
 // deliveries in place. [Peek] shows them without locking anything.
 //
+// # Operating the bus
+//
+// [Stats] counts a queue's (or a partitioned group's) ready and leased
+// deliveries. [PurgeUnroutable] deletes the messages kept in
+// [UnroutableGroup] older than an age, or all of them: nothing else
+// removes them. [DeleteGroup] retires a group: its bindings, so that it no
+// longer collects copies of new messages, its partitions and queue
+// owners, and every delivery it holds. Both walk their rows through the
+// partial indexes in bounded batches, each in a transaction of its own.
+// A body is deleted with its last delivery (an ack, a browse's removal, a
+// purge, a group's deletion), so acked messages leave nothing behind.
+//
 // # Not yet
 //
 // Dead letters by the bus itself (attempts are counted, and the consumer

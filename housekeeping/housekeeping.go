@@ -30,6 +30,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/aggregate"
+	"github.com/bentoevents/bento/dbbus"
 	"github.com/bentoevents/bento/idempotency"
 	"github.com/bentoevents/bento/inbox"
 	"github.com/bentoevents/bento/internal/dialect"
@@ -56,6 +57,9 @@ const (
 	JobOutboxMaintain   = "outbox-maintain"
 	JobInboxMaintain    = "inbox-maintain"
 	JobUnroutableCount  = "unroutable-count"
+	// JobBusUnroutablePurge deletes the database bus's unroutable
+	// messages older than Config.UnroutableRetention.
+	JobBusUnroutablePurge = "bus-unroutable-purge"
 )
 
 // unroutableScan bounds how many parked events one count reads: the
@@ -92,6 +96,13 @@ type Config struct {
 	// bento_unroutable_events (of the oldest 10,000), and logs each type
 	// found, with how to replay them. Defaults to none.
 	Unroutable *rabbitmq.Config
+	// UnroutableRetention, when positive, adds a job that deletes the
+	// messages the database bus in DB keeps in its unroutable group
+	// (published while no group was bound to their topic) once they are
+	// older than this (dbbus.PurgeUnroutable). Defaults to zero: off, the
+	// database bus keeps them until an operator purges them (bento
+	// unroutable purge).
+	UnroutableRetention time.Duration
 	// Logger receives a line per run of a job. Defaults to slog.Default().
 	Logger *slog.Logger
 	// Registerer, when set, receives the metrics. Defaults to none.
@@ -208,6 +219,15 @@ func prepare(cfg *Config, m metrics) (Config, []job, error) {
 	if c.Unroutable != nil {
 		jobs = append(jobs, job{JobUnroutableCount, func(ctx context.Context) (int64, error) {
 			return 0, countUnroutable(ctx, c, m.unroutable)
+		}})
+	}
+	if c.UnroutableRetention < 0 {
+		return c, nil, fmt.Errorf("%w: UnroutableRetention: %v is negative", ErrInvalidConfig, c.UnroutableRetention)
+	}
+	if c.UnroutableRetention > 0 {
+		jobs = append(jobs, job{JobBusUnroutablePurge, func(ctx context.Context) (int64, error) {
+			n, err := dbbus.PurgeUnroutable(ctx, db, c.UnroutableRetention)
+			return int64(n), err
 		}})
 	}
 	if !c.KeepIdempotencyKeys {

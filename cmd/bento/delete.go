@@ -15,12 +15,14 @@ import (
 // queues (its queue, its partition queues with their hash exchange, its
 // dead-letter queue) with their messages and, with --topology, the
 // exchange's own topology (consumer.Delete). It refuses while the group
-// has dead letters, unless --force.
+// has dead letters, unless --force. On the database bus (--bus) it deletes
+// the group's queues there instead (consumer.DeleteDatabase).
 func (c *cli) consumerDelete(ctx context.Context, args []string) error {
-	fs := c.newFlags("consumer delete", "(--group G|--topology) [--group G] [--topology] [--exchange E] [--dry-run] [--force] [--yes]")
+	fs := c.newFlags("consumer delete", "(--group G|--topology) [--group G] [--topology] [--bus B] [--exchange E] [--dry-run] [--force] [--yes]")
 	group := fs.String("group", "", "the consumer group whose queues to delete")
 	topology := fs.Bool("topology", false, "also the exchange, its alternate and dead-letter exchanges and their unroutable queues (once no group uses them)")
 	exchange := fs.String("exchange", rabbitmq.DefaultExchange, "the event exchange (or BENTO_EXCHANGE)")
+	bus := addBusFlag(fs)
 	dry := fs.Bool("dry-run", false, "say what would be deleted and delete nothing")
 	force := fs.Bool("force", false, "also when the group's dead-letter queue holds dead letters (they are lost)")
 	yes := fs.Bool("yes", false, "do not ask for confirmation")
@@ -29,6 +31,16 @@ func (c *cli) consumerDelete(ctx context.Context, args []string) error {
 	}
 	if *group == "" && !*topology {
 		return usagef("say what to delete: --group G, --topology, or both")
+	}
+	resolved, err := c.resolveBus(*bus)
+	if err != nil {
+		return err
+	}
+	if resolved == busDatabase {
+		if *topology {
+			return usagef("--topology is RabbitMQ's: the database bus has no exchange (purge its unroutable messages with bento unroutable purge --bus database)")
+		}
+		return c.consumerDeleteDatabase(ctx, *group, &consumer.DeleteOpts{Force: *force}, *dry, *yes)
 	}
 	cfg, err := c.amqpConfig(fs, *exchange)
 	if err != nil {

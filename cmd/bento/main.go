@@ -126,6 +126,7 @@ var commands = []command{
 	{"consumer delete", "delete a group's queues (and the exchange's, --topology)", (*cli).consumerDelete},
 	{"unroutable list", "list the events no queue was bound for", unroutableVerb("list")},
 	{"unroutable replay", "publish the unroutable events again, once their queues exist", unroutableVerb("replay")},
+	{"unroutable purge", "delete the database bus's unroutable events, older than an age or all", (*cli).unroutablePurge},
 }
 
 // deadAct, consumerDeadAct and unroutableVerb bind the verb of the

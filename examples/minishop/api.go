@@ -249,8 +249,18 @@ func problem(w http.ResponseWriter, status int, title, detail string) {
 // /readyz fails.
 const readyMaxLag = time.Minute
 
+// readyMaxBacklog is how many events may wait for a consumer group on the
+// database bus before /readyz fails.
+const readyMaxBacklog = 10000
+
+// unroutableRetention is how long the database bus keeps the events no
+// group consumes (stock.reserved, stock.released) before housekeeping
+// deletes them.
+const unroutableRetention = 24 * time.Hour
+
 // readyChecks are what /readyz checks: the database, the relay's lag, the
-// broker (on RabbitMQ) and the consumers this process runs.
+// broker (on RabbitMQ) and the consumers this process runs, with their
+// backlog on the database bus.
 func (a *App) readyChecks() []health.Check {
 	checks := []health.Check{health.Database(a.db), health.Relay(a.units.Outbox(), readyMaxLag)}
 	if a.bus.amqp != nil {
@@ -258,6 +268,9 @@ func (a *App) readyChecks() []health.Check {
 	}
 	for _, c := range a.consumers {
 		checks = append(checks, health.Consumer(c))
+		if a.bus.amqp == nil {
+			checks = append(checks, health.DatabaseBus(a.db, c.Group(), readyMaxBacklog))
+		}
 	}
 	return checks
 }

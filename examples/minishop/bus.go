@@ -39,7 +39,9 @@ type bus struct {
 // embedded default, and PostgreSQL without a broker): each group's
 // partition queues, rows in db. An event no group consumes (stock.reserved,
 // stock.released) is kept in dbbus.UnroutableGroup, as RabbitMQ parks it
-// in the alternate exchange's queue, instead of failing as unroutable.
+// in the alternate exchange's queue, instead of failing as unroutable: they
+// are facts for a future consumer, not bound on purpose, and housekeeping
+// deletes them after unroutableRetention.
 func databaseBus(ctx context.Context, db *gorm.DB, b *dbbus.Bus) (*bus, error) {
 	for group, topics := range groupBindings {
 		if err := dbbus.DeclarePartitions(ctx, db, group, consumer.DefaultPartitions, topics...); err != nil {

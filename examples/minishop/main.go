@@ -224,10 +224,14 @@ func serve(ctx context.Context, log *slog.Logger, mode, addr, dbURL, amqpURL, pa
 	}
 	if mode == "all" || mode == "relay" {
 		start("relay", stack.Projector.Run)
-		// Retention and partition maintenance, one instance at a time.
-		start("housekeeping", func(ctx context.Context) error {
-			return housekeeping.Run(ctx, &housekeeping.Config{DB: a.db, Logger: log, Registerer: a.metrics, Unroutable: b.amqp})
-		})
+		// Retention and partition maintenance, one instance at a time. On
+		// the database bus the stock.* events no group consumes are kept
+		// as unroutable, and deleted after unroutableRetention.
+		hk := &housekeeping.Config{DB: a.db, Logger: log, Registerer: a.metrics, Unroutable: b.amqp}
+		if b.amqp == nil {
+			hk.UnroutableRetention = unroutableRetention
+		}
+		start("housekeeping", func(ctx context.Context) error { return housekeeping.Run(ctx, hk) })
 	}
 	if mode == "all" || mode == "serve" {
 		h, err := a.handler()

@@ -230,7 +230,8 @@ func TestHappyPathOnTheEmbeddedDefault(t *testing.T) {
 		names = append(names, check["name"].(string))
 		assert.Equal(t, "ok", check["status"], "%v", check)
 	}
-	assert.Equal(t, []string{"database", "relay", "consumer inventory", "consumer ordering", "consumer notification"}, names)
+	assert.Equal(t, []string{"database", "relay", "consumer inventory", "bus inventory", "consumer ordering", "bus ordering",
+		"consumer notification", "bus notification"}, names)
 	metrics := call(t, "GET", p.url+"/metrics", "", nil)
 	require.Equal(t, 200, metrics.status)
 	assert.Contains(t, string(metrics.body), "bento_outbox_published_total")
