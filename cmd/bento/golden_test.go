@@ -369,6 +369,14 @@ func seededRuns(t *testing.T, db *gorm.DB, dsn string, sample sampleFunc) {
 	sample("consumer dead show", "", "consumer", "dead", "show", dead[0], "--group", "billing")
 	sample("consumer dead replay", "y\n", "consumer", "dead", "replay", dead[1], "--group", "billing")
 	sample("consumer dead discard --dry-run", "", "consumer", "dead", "discard", "--cause", "permanent", "--group", "billing", "--dry-run")
+
+	// Two stock events no group is bound to: the bus keeps them as
+	// unroutable.
+	for range 2 {
+		require.NoError(t, bus.Publish("stock.reserved", message.NewMessage(aggregate.NewID(), []byte(`{}`))))
+	}
+	sample("unroutable purge --dry-run", "", "unroutable", "purge", "--all", "--dry-run")
+	sample("unroutable purge", "", "unroutable", "purge", "--all", "--yes")
 }
 
 // goldenMaintainRuns runs bento maintain on a schema of daily partitions,
