@@ -28,87 +28,72 @@ import (
 // --bus rabbitmq without AMQP_URL, and a bad --bus, are usage errors.
 func TestConsumerDeadLettersOnTheDatabaseBus(t *testing.T) {
 	t.Parallel()
-	for _, backend := range []string{"postgres", "sqlite"} {
-		t.Run(backend, func(t *testing.T) {
-			t.Parallel()
-			var db *gorm.DB
-			var dsn string
-			if backend == "postgres" {
-				db, dsn = testenv.Postgres(t)
-			} else {
-				path := filepath.Join(t.TempDir(), "bus.db")
-				var err error
-				db, err = embedded.OpenSQLite(path, nil)
-				require.NoError(t, err)
-				t.Cleanup(func() { closeAll(db) })
-				dsn = "sqlite:" + path
-			}
-			ctx := t.Context()
-			group := "billing"
-			require.NoError(t, dbbus.Migrate(ctx, db))
-			require.NoError(t, dbbus.DeclareGroup(ctx, db, group, "sku.ordered"))
-			require.NoError(t, dbbus.DeclareGroup(ctx, db, consumer.DeadLetterQueue(group), consumer.DeadLetterTopic(group)))
-			bus, err := dbbus.New(db, &dbbus.Config{NoListen: true})
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = bus.Close() })
-			var ids []string
-			for _, sku := range []string{"kiwi", "fig"} {
-				m := message.NewMessage("dead-"+sku, []byte(`{"sku":"`+sku+`"}`))
-				m.Metadata.Set(messaging.MetaEventType, "sku.ordered")
-				m.Metadata.Set(messaging.MetaAggregateType, "sku")
-				m.Metadata.Set(messaging.MetaAggregateID, sku)
-				m.Metadata.Set(consumer.MetaDeadCause, consumer.CausePermanent)
-				m.Metadata.Set(consumer.MetaDeadReason, "unknown sku "+sku)
-				m.Metadata.Set(consumer.MetaDeadAttempts, "1")
-				m.Metadata.Set(consumer.MetaDeadAt, time.Now().UTC().Format(time.RFC3339Nano))
-				require.NoError(t, bus.Publish(consumer.DeadLetterTopic(group), m))
-				ids = append(ids, m.UUID)
-			}
+	onBusDatabases(t, func(t *testing.T, db *gorm.DB, dsn string) {
+		ctx := t.Context()
+		group := "billing"
+		require.NoError(t, dbbus.Migrate(ctx, db))
+		require.NoError(t, dbbus.DeclareGroup(ctx, db, group, "sku.ordered"))
+		require.NoError(t, dbbus.DeclareGroup(ctx, db, consumer.DeadLetterQueue(group), consumer.DeadLetterTopic(group)))
+		bus, err := dbbus.New(db, &dbbus.Config{NoListen: true})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = bus.Close() })
+		var ids []string
+		for _, sku := range []string{"kiwi", "fig"} {
+			m := message.NewMessage("dead-"+sku, []byte(`{"sku":"`+sku+`"}`))
+			m.Metadata.Set(messaging.MetaEventType, "sku.ordered")
+			m.Metadata.Set(messaging.MetaAggregateType, "sku")
+			m.Metadata.Set(messaging.MetaAggregateID, sku)
+			m.Metadata.Set(consumer.MetaDeadCause, consumer.CausePermanent)
+			m.Metadata.Set(consumer.MetaDeadReason, "unknown sku "+sku)
+			m.Metadata.Set(consumer.MetaDeadAttempts, "1")
+			m.Metadata.Set(consumer.MetaDeadAt, time.Now().UTC().Format(time.RFC3339Nano))
+			require.NoError(t, bus.Publish(consumer.DeadLetterTopic(group), m))
+			ids = append(ids, m.UUID)
+		}
 
-			env := []string{"DATABASE_URL=" + dsn, "AMQP_URL="}
-			list := func() []deadLetterRow {
-				t.Helper()
-				r := bentoEnv(t, env, "", "consumer", "dead", "list", "--group", group, "--json")
-				require.Equal(t, 0, r.code, r.stderr)
-				var rows []deadLetterRow
-				require.NoError(t, json.Unmarshal([]byte(r.stdout), &rows), r.stdout)
-				return rows
-			}
-			rows := list()
-			require.Len(t, rows, 2)
-			assert.Equal(t, ids[0], rows[0].ID)
-			assert.Equal(t, consumer.CausePermanent, rows[0].Cause)
-			assert.Equal(t, "unknown sku kiwi", rows[0].Error)
-			r := bentoEnv(t, env, "", "consumer", "dead", "show", ids[0], "--group", group, "--show-payload")
+		env := []string{"DATABASE_URL=" + dsn, "AMQP_URL="}
+		list := func() []deadLetterRow {
+			t.Helper()
+			r := bentoEnv(t, env, "", "consumer", "dead", "list", "--group", group, "--json")
 			require.Equal(t, 0, r.code, r.stderr)
-			assert.Contains(t, r.stdout, `"sku":"kiwi"`)
+			var rows []deadLetterRow
+			require.NoError(t, json.Unmarshal([]byte(r.stdout), &rows), r.stdout)
+			return rows
+		}
+		rows := list()
+		require.Len(t, rows, 2)
+		assert.Equal(t, ids[0], rows[0].ID)
+		assert.Equal(t, consumer.CausePermanent, rows[0].Cause)
+		assert.Equal(t, "unknown sku kiwi", rows[0].Error)
+		r := bentoEnv(t, env, "", "consumer", "dead", "show", ids[0], "--group", group, "--show-payload")
+		require.Equal(t, 0, r.code, r.stderr)
+		assert.Contains(t, r.stdout, `"sku":"kiwi"`)
 
-			r = bentoEnv(t, env, "", "consumer", "dead", "replay", ids[0], "--group", group, "--yes")
-			require.Equal(t, 0, r.code, r.stderr)
-			assert.Contains(t, r.stdout, "replayed 1")
-			var back []*message.Message
-			require.NoError(t, dbbus.Peek(ctx, db, group, 10, func(b dbbus.Browsed) bool {
-				back = append(back, b.Message)
-				return true
-			}))
-			require.Len(t, back, 1, "the replayed dead letter is not in the group's queue")
-			assert.Equal(t, ids[0], back[0].UUID)
-			assert.Equal(t, "1", back[0].Metadata.Get(consumer.MetaReplays))
-			assert.Empty(t, back[0].Metadata.Get(consumer.MetaDeadCause))
+		r = bentoEnv(t, env, "", "consumer", "dead", "replay", ids[0], "--group", group, "--yes")
+		require.Equal(t, 0, r.code, r.stderr)
+		assert.Contains(t, r.stdout, "replayed 1")
+		var back []*message.Message
+		require.NoError(t, dbbus.Peek(ctx, db, group, 10, func(b dbbus.Browsed) bool {
+			back = append(back, b.Message)
+			return true
+		}))
+		require.Len(t, back, 1, "the replayed dead letter is not in the group's queue")
+		assert.Equal(t, ids[0], back[0].UUID)
+		assert.Equal(t, "1", back[0].Metadata.Get(consumer.MetaReplays))
+		assert.Empty(t, back[0].Metadata.Get(consumer.MetaDeadCause))
 
-			r = bentoEnv(t, env, "", "consumer", "dead", "discard", "--all", "--group", group, "--bus", "database", "--yes")
-			require.Equal(t, 0, r.code, r.stderr)
-			assert.Contains(t, r.stdout, "discarded 1")
-			assert.Empty(t, list())
+		r = bentoEnv(t, env, "", "consumer", "dead", "discard", "--all", "--group", group, "--bus", "database", "--yes")
+		require.Equal(t, 0, r.code, r.stderr)
+		assert.Contains(t, r.stdout, "discarded 1")
+		assert.Empty(t, list())
 
-			r = bentoEnv(t, env, "", "consumer", "dead", "list", "--group", group, "--bus", "rabbitmq")
-			assert.Equal(t, 2, r.code)
-			assert.Contains(t, r.stderr, "AMQP_URL is not set")
-			r = bentoEnv(t, env, "", "consumer", "dead", "list", "--group", group, "--bus", "kafka")
-			assert.Equal(t, 2, r.code)
-			assert.Contains(t, r.stderr, "--bus")
-		})
-	}
+		r = bentoEnv(t, env, "", "consumer", "dead", "list", "--group", group, "--bus", "rabbitmq")
+		assert.Equal(t, 2, r.code)
+		assert.Contains(t, r.stderr, "AMQP_URL is not set")
+		r = bentoEnv(t, env, "", "consumer", "dead", "list", "--group", group, "--bus", "kafka")
+		assert.Equal(t, 2, r.code)
+		assert.Contains(t, r.stderr, "--bus")
+	})
 }
 
 // TestConsoleOnTheEmbeddedDefault: bento console --group on the embedded
@@ -164,4 +149,23 @@ func TestConsoleOnTheEmbeddedDefault(t *testing.T) {
 	assert.NotContains(t, body, `href="./consumers"`, "no group named: no consumer pages")
 	code, _ = get(base, "consumers")
 	assert.Equal(t, http.StatusNotFound, code)
+}
+
+// onBusDatabases runs fn in parallel subtests on a PostgreSQL schema and
+// on a SQLite file, with the DATABASE_URL that reaches each.
+func onBusDatabases(t *testing.T, fn func(t *testing.T, db *gorm.DB, dsn string)) {
+	t.Helper()
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		db, dsn := testenv.Postgres(t)
+		fn(t, db, dsn)
+	})
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "bus.db")
+		db, err := embedded.OpenSQLite(path, nil)
+		require.NoError(t, err)
+		t.Cleanup(func() { closeAll(db) })
+		fn(t, db, "sqlite:"+path)
+	})
 }
