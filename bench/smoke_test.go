@@ -106,21 +106,7 @@ func TestSmokeSteadyUnderOpenTransaction(t *testing.T) {
 	e := testEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	db, err := sql.Open("pgx", e.pgDSN+" application_name=bench-open-transaction")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback() }()
-	var xid int64
-	if err := tx.QueryRowContext(ctx, "SELECT txid_current()").Scan(&xid); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("transaction %d open in another session for the whole run", xid)
+	holdTransactionOpen(ctx, t, e)
 	cfg := smokeSteadyConfig(false)
 	res, err := runSteady(ctx, e, cfg, func(s string) { t.Log(s) })
 	if err != nil {
@@ -203,21 +189,7 @@ func TestSmokeConsumeUnderOpenTransaction(t *testing.T) {
 	e := testEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	db, err := sql.Open("pgx", e.pgDSN+" application_name=bench-open-transaction")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback() }()
-	var xid int64
-	if err := tx.QueryRowContext(ctx, "SELECT txid_current()").Scan(&xid); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("transaction %d open in another session for the whole run", xid)
+	holdTransactionOpen(ctx, t, e)
 	cfg := consumeConfig{Messages: 300, Concurrency: []int{2}, Handlers: []string{"write"}, Modes: []string{"dbbus", "wmsql"}}
 	res, err := runConsumeScenario(ctx, e, cfg, func(s string) { t.Log(s) })
 	if err != nil {
@@ -253,4 +225,25 @@ func checkConsume(t *testing.T, res consumeResult, cfg consumeConfig) (peerStall
 		}
 	}
 	return peerStalled
+}
+
+// holdTransactionOpen opens a transaction with an id in another session
+// and keeps it open until the test ends.
+func holdTransactionOpen(ctx context.Context, t *testing.T, e *env) {
+	t.Helper()
+	db, err := sql.Open("pgx", e.pgDSN+" application_name=bench-open-transaction")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback() })
+	var xid int64
+	if err := tx.QueryRowContext(ctx, "SELECT txid_current()").Scan(&xid); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("transaction %d open in another session for the whole run", xid)
 }
