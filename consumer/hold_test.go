@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"sync/atomic"
@@ -223,11 +224,16 @@ func TestReleaseGivesUpAGap(t *testing.T) {
 // aggregate released past its dead letter (version 2) applies version 3;
 // replaying the dead letter then finds the watermark at 3. It was never
 // applied, so it is no duplicate: it goes back to the dead letters with
-// the cause "stale", counted by the dead-letter metric, instead of being
-// skipped without a word, and version 3 stays the last applied.
+// the cause "stale", logged at Warn and counted by the dead-letter metric,
+// instead of being skipped without a word, and version 3 stays the last
+// applied.
 func TestStaleReplayIsDeadLetteredNotSkipped(t *testing.T) {
 	forEachHarness(t, func(t *testing.T, h *harness) {
-		s := newHoldSuite(t, h, func(c *consumer.Config) { c.Versions = inbox.VersionsIncreasing }, 2)
+		logs := &recorder{}
+		s := newHoldSuite(t, h, func(c *consumer.Config) {
+			c.Versions = inbox.VersionsIncreasing
+			c.Logger = slog.New(logs)
+		}, 2)
 		for v := int64(1); v <= 3; v++ {
 			s.publish(t, Step{}.EventType(), stepMsg(t, 0, v))
 		}
@@ -252,6 +258,24 @@ func TestStaleReplayIsDeadLetteredNotSkipped(t *testing.T) {
 		}
 		testenv.Poll(5*time.Second, func() bool { return stale() >= 1 })
 		assert.EqualValues(t, 1, stale(), "stale dead letters counted")
+		warned := func() int {
+			logs.mu.Lock()
+			defer logs.mu.Unlock()
+			k := 0
+			for _, rec := range logs.records {
+				rec.Attrs(func(a slog.Attr) bool {
+					if a.Key == "cause" && a.Value.String() == consumer.CauseStale &&
+						rec.Message == "consumer: dead letter" && rec.Level == slog.LevelWarn {
+						k++
+					}
+					return true
+				})
+			}
+			return k
+		}
+		testenv.Poll(5*time.Second, func() bool { return warned() >= 1 })
+		t.Logf("%s: the stale replay: %v stale dead letters counted, %d Warn lines", h.name, stale(), warned())
+		assert.Equal(t, 1, warned(), "the stale dead letter logged at Warn")
 		assert.Equal(t, []int64{1, 3}, s.applied(t, "a000"))
 	})
 }
