@@ -280,14 +280,14 @@ func TestStaleReplayIsDeadLetteredNotSkipped(t *testing.T) {
 	})
 }
 
-// TestSweeperReachesEveryReleasedAggregate: with 1,000 aggregates held
-// behind dead letters, each with a parked later event, releasing 10 of
-// them spread over the key space (most sort past the first 100) applies
-// all 10 parked events within a bounded time, and nothing else.
+// TestSweeperReachesEveryReleasedAggregate: with 2,000 aggregates held
+// behind dead letters, each with a parked later event, releasing 20 of
+// them spread over the key space (all but one sort past the first 100)
+// applies all 20 parked events within a bounded time, and nothing else.
 func TestSweeperReachesEveryReleasedAggregate(t *testing.T) {
 	testenv.Stress(t)
 	forEachHarness(t, func(t *testing.T, h *harness) {
-		const n, within = 1000, 15 * time.Second
+		const n, within = 2000, 15 * time.Second
 		s := buildHoldSuite(t, h, nil, func(s *holdSuite, _ *consumer.Config) {
 			s.fail = func(env *messaging.Envelope) error {
 				if env.AggregateVersion == 1 {
@@ -304,7 +304,7 @@ func TestSweeperReachesEveryReleasedAggregate(t *testing.T) {
 			return s.countParked(t, inbox.ParkedHeld) == n
 		})
 		var released []string
-		for a := 5; a < n; a += 100 { // a005, a105, ..., a905
+		for a := 5; a < n; a += 100 { // a005, a105, ..., a1905
 			agg := fmt.Sprintf("a%03d", a)
 			require.NoError(t, s.c.Release(t.Context(), inbox.Aggregate{Type: "thing", ID: agg}, agg+"-001"))
 			released = append(released, agg)
