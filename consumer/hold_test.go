@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"sync/atomic"
@@ -223,11 +224,16 @@ func TestReleaseGivesUpAGap(t *testing.T) {
 // aggregate released past its dead letter (version 2) applies version 3;
 // replaying the dead letter then finds the watermark at 3. It was never
 // applied, so it is no duplicate: it goes back to the dead letters with
-// the cause "stale", counted by the dead-letter metric, instead of being
-// skipped without a word, and version 3 stays the last applied.
+// the cause "stale", logged at Warn and counted by the dead-letter metric,
+// instead of being skipped without a word, and version 3 stays the last
+// applied.
 func TestStaleReplayIsDeadLetteredNotSkipped(t *testing.T) {
 	forEachHarness(t, func(t *testing.T, h *harness) {
-		s := newHoldSuite(t, h, func(c *consumer.Config) { c.Versions = inbox.VersionsIncreasing }, 2)
+		logs := &recorder{}
+		s := newHoldSuite(t, h, func(c *consumer.Config) {
+			c.Versions = inbox.VersionsIncreasing
+			c.Logger = slog.New(logs)
+		}, 2)
 		for v := int64(1); v <= 3; v++ {
 			s.publish(t, Step{}.EventType(), stepMsg(t, 0, v))
 		}
@@ -252,18 +258,36 @@ func TestStaleReplayIsDeadLetteredNotSkipped(t *testing.T) {
 		}
 		testenv.Poll(5*time.Second, func() bool { return stale() >= 1 })
 		assert.EqualValues(t, 1, stale(), "stale dead letters counted")
+		warned := func() int {
+			logs.mu.Lock()
+			defer logs.mu.Unlock()
+			k := 0
+			for _, rec := range logs.records {
+				rec.Attrs(func(a slog.Attr) bool {
+					if a.Key == "cause" && a.Value.String() == consumer.CauseStale &&
+						rec.Message == "consumer: dead letter" && rec.Level == slog.LevelWarn {
+						k++
+					}
+					return true
+				})
+			}
+			return k
+		}
+		testenv.Poll(5*time.Second, func() bool { return warned() >= 1 })
+		t.Logf("%s: the stale replay: %v stale dead letters counted, %d Warn lines", h.name, stale(), warned())
+		assert.Equal(t, 1, warned(), "the stale dead letter logged at Warn")
 		assert.Equal(t, []int64{1, 3}, s.applied(t, "a000"))
 	})
 }
 
-// TestSweeperReachesEveryReleasedAggregate: with 1,000 aggregates held
-// behind dead letters, each with a parked later event, releasing 10 of
-// them spread over the key space (most sort past the first 100) applies
-// all 10 parked events within a bounded time, and nothing else.
+// TestSweeperReachesEveryReleasedAggregate: with 2,000 aggregates held
+// behind dead letters, each with a parked later event, releasing 20 of
+// them spread over the key space (all but one sort past the first 100)
+// applies all 20 parked events within a bounded time, and nothing else.
 func TestSweeperReachesEveryReleasedAggregate(t *testing.T) {
 	testenv.Stress(t)
 	forEachHarness(t, func(t *testing.T, h *harness) {
-		const n, within = 1000, 15 * time.Second
+		const n, within = 2000, 15 * time.Second
 		s := buildHoldSuite(t, h, nil, func(s *holdSuite, _ *consumer.Config) {
 			s.fail = func(env *messaging.Envelope) error {
 				if env.AggregateVersion == 1 {
@@ -280,7 +304,7 @@ func TestSweeperReachesEveryReleasedAggregate(t *testing.T) {
 			return s.countParked(t, inbox.ParkedHeld) == n
 		})
 		var released []string
-		for a := 5; a < n; a += 100 { // a005, a105, ..., a905
+		for a := 5; a < n; a += 100 { // a005, a105, ..., a1905
 			agg := fmt.Sprintf("a%03d", a)
 			require.NoError(t, s.c.Release(t.Context(), inbox.Aggregate{Type: "thing", ID: agg}, agg+"-001"))
 			released = append(released, agg)

@@ -312,6 +312,9 @@ func (b *orderedBed) check(t *testing.T, want int) {
 	require.NoError(t, b.db.Raw(`SELECT count(*) AS total,
   count(DISTINCT (aggregate_id, version)) AS distinct,
   count(*) FILTER (WHERE NOT in_order) AS out_of_order FROM applieds`).Scan(&stats).Error)
+	dead := deadDepth(t, b.ex.URL, b.group+".dead")
+	t.Logf("counted: %d of %d events applied (%d never, %d twice), %d out of order, %d dead-lettered (all healthy)",
+		stats.Distinct, want, int64(want)-stats.Distinct, stats.Total-stats.Distinct, stats.OutOfOrder, dead)
 	assert.EqualValues(t, want, stats.Total, "applied")
 	assert.EqualValues(t, want, stats.Distinct, "each event applied once")
 	if !assert.Zero(t, stats.OutOfOrder, "events applied out of version order") {
@@ -327,7 +330,7 @@ func (b *orderedBed) check(t *testing.T, want int) {
 			t.Logf("%s applied as %v", a, seq)
 		}
 	}
-	if !assert.Zero(t, deadDepth(t, b.ex.URL, b.group+".dead"), "dead letters") {
+	if !assert.Zero(t, dead, "healthy messages dead-lettered") {
 		conn, _ := amqp.Dial(b.ex.URL)
 		ch, _ := conn.Channel()
 		for range 3 {

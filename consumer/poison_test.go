@@ -174,6 +174,7 @@ func TestCrashLoopDeadLettersOnlyThePoison(t *testing.T) {
 	var stats struct{ Total, Distinct, OutOfOrder int64 }
 	require.NoError(t, b.db.Raw(`SELECT count(*) AS total, count(DISTINCT (aggregate_id, version)) AS distinct,
   count(*) FILTER (WHERE NOT in_order) AS out_of_order FROM applieds`).Scan(&stats).Error)
+	t.Logf("%d events applied, %d of them twice, %d out of order", stats.Total, stats.Total-stats.Distinct, stats.OutOfOrder)
 	assert.EqualValues(t, want, stats.Total, "applied")
 	assert.EqualValues(t, want, stats.Distinct, "each event applied once")
 	assert.Zero(t, stats.OutOfOrder, "events applied out of version order")
