@@ -72,19 +72,14 @@ func ackAll(ctx context.Context, db *gorm.DB, leases []Lease) error {
 	for i, l := range leases {
 		ids[i], msgIDs[i] = l.Delivery, l.MessageID
 	}
-	slices.Sort(msgIDs)
-	msgIDs = slices.Compact(msgIDs)
 	var gone []int64
 	err = db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		// Acks of one message's deliveries in several groups take turns on
 		// its body row (locked in id order, so acks of several messages
 		// cannot deadlock), so the last of them sees the others' deletes
 		// and deletes the body.
-		if q := statementsFor(d).lockBodies; q != "" {
-			var locked []string
-			if err := tx.Raw(q, msgIDs).Scan(&locked).Error; err != nil {
-				return wrapDB("ack: lock messages", err)
-			}
+		if err := lockMessages(tx, d, msgIDs); err != nil {
+			return wrapDB("ack: lock messages", err)
 		}
 		if err := tx.Raw(deleteDeliveries, ids, leases[0].Token).Scan(&gone).Error; err != nil {
 			return wrapDB("ack", err)
