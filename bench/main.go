@@ -5,7 +5,9 @@
 // relay), the unit-of-work commit against the same GORM write without
 // events, the consumer's throughput with and without the inbox, and the
 // claim cost beside few and many sent rows; on request, the claim cost with
-// events held back behind dead ones. It prints medians over the runs,
+// events held back behind dead ones, and the delivery lag of scheduled
+// messages from their due time beside a bare due-time poller, with cancels
+// at a paced rate. It prints medians over the runs,
 // writes them as JSON and draws charts as SVG.
 //
 // It is its own module, so watermill-sql and the like stay out of bento's
@@ -13,6 +15,7 @@
 //
 //	go -C bench run . [-scenarios=drain,steady,commit,consume,claim] [-runs=3] [-events=100000]
 //	go -C bench run . -scenarios=claimheld
+//	go -C bench run . -scenarios=scheduled -runs=1
 //
 // It needs PostgreSQL (database "test", user postgres) and RabbitMQ; see
 // -pg and -amqp. Each run works in a fresh schema and fresh
@@ -54,6 +57,7 @@ type options struct {
 	claimHeld      claimHeldConfig
 	steady         steadyConfig
 	consume        consumeConfig
+	scheduled      scheduledConfig
 	cpuProfile     string
 	from           string
 }
@@ -65,7 +69,9 @@ var allScenarios = []string{"drain", "steady", "commit", "consume", "claim"}
 // moreScenarios are measured only when -scenarios names them: claimheld,
 // the claim with events held behind dead ones, a focused check of the
 // claim statement rather than of a relay.
-var moreScenarios = []string{"claimheld"}
+// scheduled, the delivery lag of scheduled messages and their cancellation,
+// beside a bare due-time poller.
+var moreScenarios = []string{"claimheld", "scheduled"}
 
 // knownScenarios are allScenarios and moreScenarios, in that order.
 func knownScenarios() []string { return slices.Concat(allScenarios, moreScenarios) }
@@ -119,6 +125,16 @@ func parseFlags() (options, *env, error) {
 	flag.Var(&consumers, "consume-consumers", "consume: competing consumers of the group, comma-separated")
 	flag.Var(&handlers, "consume-handlers", "consume: handlers, comma-separated: noop, write")
 	flag.Var(&modes, "consume-modes", "consume: modes, comma-separated: inbox, plain (without the inbox), direct (the inbox without a broker), batched (partitions, many messages per transaction), bare (the batched exactly-once limit), dbbus (batched on the database bus), wmsql (watermill-sql's PostgreSQL subscriber, without the inbox)")
+	flag.IntVar(&o.scheduled.Messages, "scheduled-messages", 100000, "scheduled: messages scheduled, falling due evenly over -scheduled-spread")
+	flag.DurationVar(&o.scheduled.Spread, "scheduled-spread", time.Minute, "scheduled: the time over which the messages fall due")
+	flag.DurationVar(&o.scheduled.Lead, "scheduled-lead", 40*time.Second, "scheduled: from the start of scheduling to the first due time (scheduling must end before)")
+	flag.IntVar(&o.scheduled.Writers, "scheduled-writers", 4, "scheduled: goroutines scheduling, 200 messages per transaction")
+	flag.DurationVar(&o.scheduled.PeerPoll, "scheduled-peer-poll", 10*time.Millisecond, "scheduled: the bare poller's sleep after a poll that found nothing due (0: no peer)")
+	flag.IntVar(&o.scheduled.CancelMessages, "scheduled-cancel-messages", 40000, "scheduled: messages scheduled for the cancellation measurement, every other one cancelled (0: none)")
+	flag.DurationVar(&o.scheduled.CancelSpread, "scheduled-cancel-spread", 2*time.Second, "scheduled: the time over which the cancellation's messages fall due")
+	flag.Float64Var(&o.scheduled.CancelRate, "scheduled-cancel-rate", 10000, "scheduled: cancels per second offered")
+	flag.IntVar(&o.scheduled.Cancellers, "scheduled-cancellers", 32, "scheduled: goroutines cancelling, each in its own transaction")
+	flag.DurationVar(&o.scheduled.CancelAhead, "scheduled-cancel-ahead", 500*time.Millisecond, "scheduled: how long before the first due time the cancels start (negative: after, racing the release)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	flag.StringVar(&o.from, "from", "", "measure nothing: print the tables of a results.json written earlier and redraw its chart")
 	flag.StringVar(&e.pgDSN, "pg", "host=127.0.0.1 port=5432 user=postgres dbname=test sslmode=disable", "PostgreSQL keyword/value DSN (search_path is added)")
@@ -155,6 +171,9 @@ func parseFlags() (options, *env, error) {
 	errs = append(errs, o.steady.validate(), o.consume.validate())
 	if slices.Contains(o.scenarios, "claimheld") {
 		errs = append(errs, o.claimHeld.validate())
+	}
+	if slices.Contains(o.scenarios, "scheduled") {
+		errs = append(errs, o.scheduled.validate())
 	}
 	if err := errors.Join(errs...); err != nil {
 		return o, nil, err
@@ -239,6 +258,7 @@ func run() error {
 		heldRuns   [][]claimHeldPoint
 		steadyRuns []steadyResult
 		consRuns   []consumeResult
+		schedRuns  []scheduledResult
 	)
 	for r := 1; r <= o.runs; r++ {
 		if has("drain") {
@@ -318,6 +338,16 @@ func run() error {
 			}
 			heldRuns = append(heldRuns, res)
 		}
+		if has("scheduled") {
+			c := o.scheduled
+			progress("run %d/%d scheduled: %d messages due over %v after %v, peer poll %v; cancel %d of %d at %v/s", r, o.runs,
+				c.Messages, c.Spread, c.Lead, c.PeerPoll, c.CancelMessages/2, c.CancelMessages, c.CancelRate)
+			res, err := runScheduled(ctx, e, c, func(s string) { progress("  %s", s) })
+			if err != nil {
+				return fmt.Errorf("scheduled: %w", err)
+			}
+			schedRuns = append(schedRuns, res)
+		}
 	}
 
 	if has("drain") {
@@ -337,6 +367,9 @@ func run() error {
 	}
 	if has("claimheld") {
 		rep.ClaimHeld = summarizeClaimHeld(heldRuns, o.claimHeld)
+	}
+	if has("scheduled") {
+		rep.Scheduled = summarizeScheduled(schedRuns, o.scheduled)
 	}
 	rep.Targets = rep.targets()
 	rep.Finished = time.Now().UTC()

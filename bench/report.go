@@ -31,6 +31,7 @@ type Report struct {
 	Consume   *ConsumeReport   `json:"consume,omitempty"`
 	Claim     *ClaimReport     `json:"claim,omitempty"`
 	ClaimHeld *ClaimHeldReport `json:"claim_held,omitempty"`
+	Scheduled *ScheduledReport `json:"scheduled,omitempty"`
 	Targets   []Target         `json:"targets"`
 }
 
@@ -218,6 +219,9 @@ func (r *Report) targets() []Target {
 	if r.ClaimHeld != nil {
 		ts = append(ts, claimHeldTargets(r.ClaimHeld)...)
 	}
+	if r.Scheduled != nil {
+		ts = append(ts, scheduledTargets(r.Scheduled)...)
+	}
 	return ts
 }
 
@@ -281,6 +285,9 @@ func printReport(w io.Writer, r *Report) {
 	}
 	if r.ClaimHeld != nil {
 		printClaimHeld(w, r.ClaimHeld)
+	}
+	if r.Scheduled != nil {
+		printScheduled(w, r.Scheduled)
 	}
 	fmt.Fprintln(w, "\nTargets:")
 	for _, t := range r.Targets {

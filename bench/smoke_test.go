@@ -247,3 +247,54 @@ func holdTransactionOpen(ctx context.Context, t *testing.T, e *env) {
 	}
 	t.Logf("transaction %d open in another session for the whole run", xid)
 }
+
+// TestSmokeScheduled runs the scheduled scenario briefly: bento's
+// projector and the bare poller must each deliver every scheduled message,
+// none before its due time by more than the clocks' rounding, and the
+// cancellation, whose first cancels start after their messages fell due
+// and so race the release, must lose none, deliver none whose cancel
+// committed, and deliver none twice.
+func TestSmokeScheduled(t *testing.T) {
+	t.Parallel()
+	e := testEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg := scheduledConfig{Messages: 300, Spread: time.Second, Lead: 3 * time.Second, Writers: 2,
+		PeerPoll: 10 * time.Millisecond, CancelMessages: 400, CancelSpread: 500 * time.Millisecond, CancelRate: 1000, Cancellers: 4,
+		CancelAhead: -200 * time.Millisecond} // the first cancels race the release
+	res, err := runScheduled(ctx, e, cfg, func(s string) { t.Log(s) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Relays) != 2 || res.Relays[0].Key != "bento" || res.Relays[1].Key != "bare-poller" {
+		t.Fatalf("relays %+v, want bento's and the bare poller's", res.Relays)
+	}
+	for _, r := range res.Relays {
+		if r.Received != cfg.Messages || r.Lag.Count != cfg.Messages || r.Unknown != 0 || r.Duplicates != 0 {
+			t.Errorf("%s: %d of %d received, %d lags, %d unknown, %d duplicates", r.Key, r.Received, cfg.Messages,
+				r.Lag.Count, r.Unknown, r.Duplicates)
+		}
+		// Lag is the consumer's clock minus the due time, which bento
+		// stamps at microseconds: a message may appear a microsecond early.
+		if r.Lag.P50 > r.Lag.P99 || r.Lag.P50 < -0.01 {
+			t.Errorf("%s: lag p50 %v ms, p99 %v ms", r.Key, r.Lag.P50, r.Lag.P99)
+		}
+	}
+	c := res.Cancel
+	if c == nil {
+		t.Fatal("no cancellation measurement")
+	}
+	if c.Attempted != cfg.CancelMessages/2 || c.Cancelled+c.TooLate != c.Attempted || c.Failed != 0 || c.Achieved <= 0 {
+		t.Errorf("cancel: %+v", c)
+	}
+	t.Logf("cancel: %d cancelled, %d too late (released first, so delivered)", c.Cancelled, c.TooLate)
+	if c.Lost != 0 || c.CancelledDelivered != 0 || c.Duplicates != 0 || c.Unknown != 0 || c.Received != c.Expected {
+		t.Errorf("cancel: %d lost, %d cancelled but delivered, %d duplicates, %d unknown, %d of %d expected received",
+			c.Lost, c.CancelledDelivered, c.Duplicates, c.Unknown, c.Received, c.Expected)
+	}
+	rep := &Report{Runs: 1, Scheduled: summarizeScheduled([]scheduledResult{res}, cfg)}
+	if s := rep.Scheduled; len(s.Rows) != 2 || s.BentoOverPeerP50 <= 0 || len(rep.targets()) != 5 {
+		t.Errorf("summary %+v, targets %+v", s, rep.targets())
+	}
+	printReport(io.Discard, rep)
+}

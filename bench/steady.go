@@ -479,6 +479,8 @@ func (r *bentoRelay) closeConns() {
 type phaseTimer struct {
 	mu           sync.Mutex
 	claim, mark  []time.Duration
+	release      []time.Duration // ReleaseDue's statement (scheduled messages)
+	nextDue      []time.Duration // and its look-up of the next due time after it
 	claimedRows  int64
 	publish      []time.Duration
 	publishedMsg int64
@@ -508,6 +510,10 @@ func (t *phaseTimer) Trace(_ context.Context, begin time.Time, fc func() (string
 		t.claimedRows += rows
 	case strings.HasPrefix(q, "UPDATE outbox_events") && strings.Contains(q, "status = 'sent'"):
 		t.mark = append(t.mark, d)
+	case strings.HasPrefix(q, "WITH released AS"):
+		t.release = append(t.release, d)
+	case strings.HasPrefix(q, "SELECT EXTRACT(EPOCH FROM (s.due_at"):
+		t.nextDue = append(t.nextDue, d)
 	}
 }
 
@@ -523,6 +529,7 @@ func (t *phaseTimer) reset() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.claim, t.mark, t.publish, t.claimedRows, t.publishedMsg = nil, nil, nil, 0, 0
+	t.release, t.nextDue = nil, nil
 }
 
 // phases summarizes what was timed.
@@ -533,6 +540,11 @@ func (t *phaseTimer) phases() *relayPhases {
 		Batches: len(t.publish), Publish: summarize(t.publish)}
 	if len(t.publish) > 0 {
 		p.RowsPerBatch = float64(t.publishedMsg) / float64(len(t.publish))
+	}
+	if len(t.release) > 0 {
+		r := summarize(t.release)
+		n := summarize(t.nextDue)
+		p.Releases, p.Release, p.NextDue = len(t.release), &r, &n
 	}
 	return p
 }
@@ -547,6 +559,14 @@ type relayPhases struct {
 	Claim        latencies `json:"claim"`
 	Publish      latencies `json:"publish_and_confirm"`
 	MarkSent     latencies `json:"mark_sent"`
+	// Releases count outbox.Store.ReleaseDue's statements (scheduled
+	// messages only), each timed in Release; RowsPerRelease is the
+	// messages released over them, the empty ones included (the driver
+	// does not report the rows of a statement read with Rows).
+	Releases       int        `json:"releases,omitempty"`
+	RowsPerRelease float64    `json:"rows_per_release,omitempty"`
+	Release        *latencies `json:"release,omitempty"`
+	NextDue        *latencies `json:"next_due,omitempty"`
 }
 
 // timedPublisher is a ConfirmPublisher whose PublishBatch calls are timed.

@@ -107,7 +107,7 @@ func New(t TB, opts *Options) *Env {
 	stack, err := embedded.Open(context.Background(), &embedded.Config{
 		Path:      filepath.Join(dir, "bento.db"),
 		Publisher: recordingPublisher{e},
-		Outbox:    &outbox.Config{Clock: clock},
+		Outbox:    &outbox.Config{Clock: clock, Test: outbox.TestConfig{ScheduleClock: clock}},
 		Units:     &uow.Config{Tenant: o.Tenant},
 		Projector: &projector.Config{Logger: quiet, DisableNotify: true, WorkerID: "bentotest", MaxAttempts: 3},
 	})
@@ -249,4 +249,51 @@ func (e *Env) Published() []*message.Message {
 		out[i] = m.Copy()
 	}
 	return out
+}
+
+// Advance moves the clock on by d, stopping at each due time on the way:
+// at each it releases the scheduled messages due then and drains (see
+// Drain), so they are relayed and handled in due order, and so is
+// everything their handlers commit, including messages they schedule that
+// fall due before the end. Then it drains once more at the end time. Time
+// moves only when the test moves it, so what fires, and in which order, is
+// the same on every run. It returns what all the drains relayed.
+func (e *Env) Advance(t TB, d time.Duration) DrainResult {
+	t.Helper()
+	end := e.Clock.Now().Add(d)
+	var total DrainResult
+	for {
+		r := e.Drain(t)
+		total.Published += r.Published
+		total.Failed += r.Failed
+		next, err := e.Outbox.ListScheduled(context.Background(), outbox.ScheduledFilter{Limit: 1})
+		if err != nil {
+			t.Fatalf("bentotest: advance: %v", err)
+		}
+		if len(next) == 0 || next[0].DueAt.After(end) {
+			break
+		}
+		if !next[0].DueAt.After(e.Clock.Now()) {
+			t.Fatalf("bentotest: advance: scheduled message %s is due but the drain did not release it", next[0].ID)
+		}
+		e.Clock.Set(next[0].DueAt)
+	}
+	if end.After(e.Clock.Now()) {
+		e.Clock.Set(end)
+		r := e.Drain(t)
+		total.Published += r.Published
+		total.Failed += r.Failed
+	}
+	return total
+}
+
+// Scheduled returns the scheduled messages still waiting, first due
+// first (see outbox.Store.ListScheduled), up to 1,000.
+func (e *Env) Scheduled(t TB) []outbox.ScheduledMessage {
+	t.Helper()
+	got, err := e.Outbox.ListScheduled(context.Background(), outbox.ScheduledFilter{Limit: 1000})
+	if err != nil {
+		t.Fatalf("bentotest: scheduled: %v", err)
+	}
+	return got
 }

@@ -272,6 +272,71 @@ func TestBrowserDiscardAfterConfirming(t *testing.T) {
 	})
 }
 
+// TestBrowserCancelScheduledAfterConfirming: from the nav to the
+// scheduled messages, a Cancel is not sent until its box is ticked, and
+// then cancels the row's key of its tenant only.
+func TestBrowserCancelScheduledAfterConfirming(t *testing.T) {
+	t.Parallel()
+	browserBackends(t, func(t *testing.T, db *gorm.DB) {
+		e := setup(t, db, nil)
+		own := e.schedule(t, "acme", "invoice.remind", "invoice-7", time.Hour)
+		other := e.schedule(t, "default", "invoice.remind", "invoice-7", 2*time.Hour)
+		tab := browser(t)
+		step(t, tab, "open the scheduled messages", chromedp.Navigate(e.url("/")), chromedp.Click(chromedp.CSS(`nav a[href="./scheduled"]`)),
+			chromedp.WaitVisible(chromedp.ID("scheduled-messages")))
+		assert.Equal(t, "2", text(t, tab, "scheduled-waiting"))
+
+		row := fmt.Sprintf(`tr[data-id=%q]`, own.ID)
+		step(t, tab, "click cancel unconfirmed", chromedp.Click(chromedp.CSS(row+` button[data-action="cancel"]`)))
+		assert.False(t, eval[bool](t, tab, fmt.Sprintf(`document.querySelector(%q).checkValidity()`, row+" form")))
+		assert.Len(t, e.waitingIDs(t), 2)
+
+		ctx, cancel := context.WithTimeout(tab, 20*time.Second)
+		defer cancel()
+		res, err := chromedp.RunResponse(ctx,
+			chromedp.Click(chromedp.CSS(row+` input[name="confirm"]`)),
+			chromedp.Click(chromedp.CSS(row+` button[data-action="cancel"]`)))
+		require.NoError(t, err)
+		assert.EqualValues(t, 200, res.Status)
+		assert.Contains(t, text(t, tab, "flash"), "Cancelled 1 scheduled message")
+		assert.Equal(t, "1", text(t, tab, "scheduled-waiting"))
+		assert.Equal(t, []string{other.ID}, e.waitingIDs(t), "the default tenant's message under the same key stays")
+	})
+}
+
+// TestBrowserAbandonProcessAfterConfirming: from the nav to the
+// processes, an Abandon is not sent until its box is ticked, and then
+// abandons the row's process of its tenant only.
+func TestBrowserAbandonProcessAfterConfirming(t *testing.T) {
+	t.Parallel()
+	browserBackends(t, func(t *testing.T, db *gorm.DB) {
+		e := setup(t, db, checkoutsConsole(console.Config{}))
+		e.startCheckout(t, "acme", "o-1", 2*time.Hour, false, "payment")
+		e.startCheckout(t, "default", "o-1", time.Hour, false)
+		tab := browser(t)
+		step(t, tab, "open the processes", chromedp.Navigate(e.url("/")), chromedp.Click(chromedp.CSS(`nav a[href="./processes"]`)),
+			chromedp.WaitVisible(chromedp.ID("processes-running")))
+		assert.Equal(t, "2", text(t, tab, "processes-running"))
+
+		row := `tr[data-tenant="acme"][data-key="o-1"]`
+		step(t, tab, "click abandon unconfirmed", chromedp.Click(chromedp.CSS(row+` button[data-action="abandon"]`)))
+		assert.False(t, eval[bool](t, tab, fmt.Sprintf(`document.querySelector(%q).checkValidity()`, row+" form")))
+		assert.Len(t, e.runningCheckouts(t), 2)
+
+		ctx, cancel := context.WithTimeout(tab, 20*time.Second)
+		defer cancel()
+		res, err := chromedp.RunResponse(ctx,
+			chromedp.Click(chromedp.CSS(row+` input[name="confirm"]`)),
+			chromedp.Click(chromedp.CSS(row+` button[data-action="abandon"]`)))
+		require.NoError(t, err)
+		assert.EqualValues(t, 200, res.Status)
+		assert.Contains(t, text(t, tab, "flash"), "Abandoned the process")
+		assert.Equal(t, "1", text(t, tab, "processes-running"))
+		assert.Equal(t, []string{"default/o-1"}, e.runningCheckouts(t), "the default tenant's process under the same key runs")
+		assert.Empty(t, e.waitingIDs(t), "acme's timeout was cancelled")
+	})
+}
+
 func TestBrowserForgedPostIsRefused(t *testing.T) {
 	t.Parallel()
 	browserBackends(t, func(t *testing.T, db *gorm.DB) {

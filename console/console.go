@@ -13,7 +13,10 @@ import (
 	"strings"
 	"time"
 
+	"gorm.io/gorm"
+
 	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/process"
 	"github.com/bentoevents/bento/rabbitmq"
 	"github.com/bentoevents/bento/tenant"
 )
@@ -45,16 +48,19 @@ type Config struct {
 	// hidden unless this is set. Defaults to false.
 	ShowPayloads bool
 	// Tenant, when set, restricts the console to one tenant on every page
-	// and action: it lists only that tenant's outbox rows, consumer dead
-	// letters and unroutable events (by their tenant_id header), answers
-	// 404 for another tenant's id, and can only requeue, replay or discard
-	// that tenant's. Defaults to all tenants.
+	// and action: it lists only that tenant's outbox rows, scheduled
+	// messages, processes, consumer dead letters and unroutable events (by
+	// their tenant_id header), answers 404 for another tenant's id, and can
+	// only requeue, replay, discard, cancel or abandon that tenant's.
+	// Defaults to all tenants.
 	Tenant string
 	// Title is the name shown in the header and the page titles. Defaults
 	// to DefaultTitle ("bento console").
 	Title string
 	// DeadLimit is how many dead letters the list shows at most (oldest
-	// first). Defaults to DefaultDeadLimit (100).
+	// first), how many scheduled messages (first due first), and how many
+	// processes of each of ProcessTables (started first first). Defaults
+	// to DefaultDeadLimit (100).
 	DeadLimit int
 	// Refresh, when set, makes the overview page reload itself at that
 	// interval, at least a second (an HTML meta refresh; the console runs
@@ -97,8 +103,25 @@ type Config struct {
 	// was bound for their type), with a Replay per event type. Defaults to
 	// none.
 	Unroutable *rabbitmq.Config
-	// Logger receives a record of every requeue and discard and of the
-	// errors shown as 500 pages. Defaults to slog.Default().
+	// UnroutableDB, when set, adds the same page for the database bus
+	// (package dbbus) whose tables are in this database: the messages it
+	// keeps in dbbus.UnroutableGroup because no group was bound to their
+	// topic, by event type with their counts and ages, with a Replay per
+	// event type that delivers each to every group bound to its topic now
+	// and takes it out of the unroutable group in one transaction
+	// (dbbus.ReplayUnroutable). Set Unroutable or UnroutableDB, not both.
+	// Defaults to none.
+	UnroutableDB *gorm.DB
+	// ProcessTables names the state tables of process managers (package
+	// process: GORM models embedding process.Base), in the store's
+	// database, whose running processes the Processes page lists, with an
+	// Abandon action (process.Abandon) for each. Each must be a plain SQL
+	// identifier (process.ValidateTable). Defaults to none: the page and
+	// its nav link are absent.
+	ProcessTables []string
+	// Logger receives a record of every requeue, discard, cancel and
+	// abandon and of the errors shown as 500 pages. Defaults to
+	// slog.Default().
 	Logger *slog.Logger
 }
 
@@ -107,6 +130,7 @@ func (c *Config) Copy() *Config {
 	cp := *c
 	cp.Secret = append([]byte(nil), c.Secret...)
 	cp.AllowedHosts = slices.Clone(c.AllowedHosts)
+	cp.ProcessTables = slices.Clone(c.ProcessTables)
 	if c.Consumers != nil {
 		cs := *c.Consumers
 		cs.Groups = slices.Clone(cs.Groups)
@@ -156,6 +180,14 @@ func (c *Config) withDefaults() (Config, error) {
 	if cs := out.Consumers; cs != nil && ((cs.AMQP == nil && cs.DeadLetters == nil) || len(cs.Groups) == 0) {
 		errs = append(errs, errors.New("Consumers: Groups, and AMQP or DeadLetters, are required"))
 	}
+	if out.Unroutable != nil && out.UnroutableDB != nil {
+		errs = append(errs, errors.New("UnroutableDB: set with Unroutable; the unroutable page shows one bus"))
+	}
+	for i, table := range out.ProcessTables {
+		if err := process.ValidateTable(table); err != nil {
+			errs = append(errs, fmt.Errorf("ProcessTables[%d]: %w", i, err))
+		}
+	}
 	if out.ExcludeLoopback && len(out.AllowedHosts) == 0 {
 		errs = append(errs, errors.New("ExcludeLoopback: set without AllowedHosts, the console would answer to no host"))
 	}
@@ -203,7 +235,7 @@ func New(store *outbox.Store, cfg *Config) (*Console, error) {
 		return nil, err
 	}
 	con := &Console{
-		data: scope{tenant: c.Tenant, store: store, consumers: c.Consumers, unroutable: c.Unroutable},
+		data: scope{tenant: c.Tenant, store: store, consumers: c.Consumers, unroutable: c.Unroutable, unroutableDB: c.UnroutableDB},
 		cfg:  c, mux: http.NewServeMux(), xorig: http.NewCrossOriginProtection(),
 	}
 	con.routes = con.routeTable()
@@ -227,6 +259,10 @@ func (c *Console) routeTable() []route {
 		{"POST /dead/{id}/requeue", c.mutation(c.requeueOne)},
 		{"POST /dead/{id}/discard", c.mutation(c.discardOne)},
 		{"POST /dead/requeue", c.mutation(c.requeueTopic)},
+		{"GET /scheduled", c.scheduledList},
+		{"POST /scheduled/cancel", c.mutation(c.scheduledCancel)},
+		{"GET /processes", c.processesList},
+		{"POST /processes/abandon", c.mutation(c.processAbandon)},
 		{"GET /consumers", c.consumerGroups},
 		{"GET /consumers/{group}", c.groupDead},
 		{"GET /consumers/{group}/{id}", c.groupDeadDetail},

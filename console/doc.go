@@ -18,6 +18,19 @@
 //   - A dead letter (/dead/{id}): every field, the full last error, the
 //     Requeue and Discard buttons, and the payload and metadata only when
 //     [Config].ShowPayloads is set.
+//   - Scheduled (/scheduled): the scheduled messages still waiting to be
+//     released, first due first, with tenant, topic, key, due and created
+//     times, how many wait and when the first falls due (overdue when no
+//     projector releases them); a tenant filter; a Cancel per key, which
+//     asks for a confirmation box and cancels every message of the row's
+//     tenant still waiting under the key.
+//   - Processes (/processes), when [Config].ProcessTables names the state
+//     tables of process managers (package process): each table's running
+//     processes, started first first, with process type, tenant, key,
+//     version, start and update times and live timeouts; a tenant filter;
+//     an Abandon per process, which asks for a confirmation box and
+//     completes the process without a step, cancelling its timeouts
+//     (process.Abandon).
 //
 // # Mounting
 //
@@ -40,7 +53,8 @@
 // cross-origin browser requests are refused by their Sec-Fetch-Site or
 // Origin header; a refused POST gets 403 and a page saying why. With
 // [Config].ReadOnly no button is rendered and every POST gets 403.
-// Discarding asks for a confirmation box to be ticked.
+// Discarding, cancelling and abandoning ask for a confirmation box to be
+// ticked.
 //
 // Every response carries Content-Security-Policy (default-src 'none', the
 // console's own stylesheet, no script), X-Frame-Options: DENY,
@@ -57,7 +71,8 @@
 // ExcludeLoopback.
 //
 // [Config].Tenant locks the console to one tenant on every page and action:
-// the outbox, the consumer groups' dead letters and the unroutable events.
+// the outbox and its scheduled messages, the processes, the consumer
+// groups' dead letters and the unroutable events.
 // Lists show only that tenant's; a page or action for another tenant's id
 // answers 404 and changes nothing.
 package console

@@ -52,7 +52,7 @@ var pages = func() map[string]*template.Template {
 	}
 	out := map[string]*template.Template{}
 	for _, name := range []string{"overview", "dead", "detail", "error", "consumers", "group", "groupdetail", "unroutable",
-		"parked", "parkedaggregate", "members"} {
+		"parked", "parkedaggregate", "members", "scheduled", "processes"} {
 		out[name] = template.Must(template.New("layout.html").Funcs(funcs).
 			ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html"))
 	}
@@ -63,7 +63,8 @@ var pages = func() map[string]*template.Template {
 type page struct {
 	Title      string // the console's title
 	PageTitle  string
-	Nav        string // "overview", "dead" or "consumers": the active tab
+	Nav        string // "overview", "dead", "scheduled", "processes", "consumers" or "unroutable": the active tab
+	Processes  bool   // the processes page has tables to show
 	Consumers  bool   // the consumer dead-letter pages exist
 	Unroutable bool   // the unroutable page exists
 	Base       string // relative path back to the console's root
@@ -80,7 +81,7 @@ func (c *Console) newPage(w http.ResponseWriter, r *http.Request, nav, title str
 	p := &page{
 		Title: c.cfg.Title, PageTitle: title, Nav: nav, Base: relBase(r.URL.Path),
 		ReadOnly: c.cfg.ReadOnly, TenantLock: c.cfg.Tenant, Data: data, Consumers: c.cfg.Consumers != nil,
-		Unroutable: c.cfg.Unroutable != nil,
+		Unroutable: c.cfg.Unroutable != nil || c.cfg.UnroutableDB != nil, Processes: len(c.cfg.ProcessTables) > 0,
 	}
 	if !c.cfg.ReadOnly {
 		p.CSRF = c.csrfToken(w, r)

@@ -6,17 +6,21 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"gorm.io/gorm"
 
 	"github.com/bentoevents/bento/consumer"
+	"github.com/bentoevents/bento/dbbus"
 	"github.com/bentoevents/bento/inbox"
 	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/process"
 	"github.com/bentoevents/bento/rabbitmq"
 	"github.com/bentoevents/bento/tenant"
 )
 
 // scope is how every page and action reaches what it shows or changes:
-// the outbox, the consumer groups' dead letters, parked events, holds and
-// members, and the unroutable queue.
+// the outbox and its scheduled messages, the process managers' processes,
+// the consumer groups' dead letters, parked events, holds and members, and
+// the unroutable queue (of RabbitMQ or the database bus).
 // It is the one place that narrows them to Config.Tenant: with a tenant
 // set, each read and change below selects that tenant's rows and messages
 // only, whatever filter the handler passes. The handlers hold no store or
@@ -29,6 +33,9 @@ type scope struct {
 	store      *outbox.Store
 	consumers  *Consumers
 	unroutable *rabbitmq.Config
+	// unroutableDB is the database bus's database, when the unroutable
+	// page shows the database bus's kept messages.
+	unroutableDB *gorm.DB
 }
 
 // outboxFilter returns f narrowed to the scope's tenant.
@@ -187,18 +194,108 @@ func (s scope) groupMembers(ctx context.Context, group string) ([]consumer.Membe
 	return insp.Members(ctx)
 }
 
-// unroutableFilter returns f narrowed to the scope's tenant.
-func (s scope) unroutableFilter(f rabbitmq.UnroutableFilter) rabbitmq.UnroutableFilter {
-	if s.tenant != "" {
-		f.TenantID = s.tenant
+// unroutableFilter returns the filter of the event types given, narrowed
+// to the scope's tenant.
+func (s scope) unroutableFilter(types []string) rabbitmq.UnroutableFilter {
+	return rabbitmq.UnroutableFilter{EventTypes: types, TenantID: s.tenant}
+}
+
+// keptEvent is an unroutable event as the page shows it, on either bus.
+type keptEvent struct {
+	Msg *message.Message
+	// Age is how long ago it was published; HasAge is false where the bus
+	// does not say (RabbitMQ).
+	Age    time.Duration
+	HasAge bool
+}
+
+// unroutableQueue names where the unroutable events wait.
+func (s scope) unroutableQueue() string {
+	if s.unroutableDB != nil {
+		return dbbus.UnroutableGroup
 	}
-	return f
+	return rabbitmq.UnroutableQueue(s.unroutable.ExchangeName())
 }
 
-func (s scope) listUnroutable(ctx context.Context, f rabbitmq.UnroutableFilter, limit int) ([]*message.Message, error) {
-	return rabbitmq.ListUnroutable(ctx, s.unroutable, s.unroutableFilter(f), limit)
+// listUnroutable returns up to limit unroutable events of the event types
+// given (all when none), oldest first.
+func (s scope) listUnroutable(ctx context.Context, types []string, limit int) ([]keptEvent, error) {
+	f := s.unroutableFilter(types)
+	if s.unroutableDB != nil {
+		kept, err := dbbus.ListUnroutable(ctx, s.unroutableDB, dbbus.UnroutableFilter{EventTypes: f.EventTypes, TenantID: f.TenantID}, limit)
+		out := make([]keptEvent, len(kept))
+		for i, k := range kept {
+			out[i] = keptEvent{Msg: k.Message, Age: k.Age, HasAge: true}
+		}
+		return out, err
+	}
+	msgs, err := rabbitmq.ListUnroutable(ctx, s.unroutable, f, limit)
+	out := make([]keptEvent, len(msgs))
+	for i, m := range msgs {
+		out[i] = keptEvent{Msg: m}
+	}
+	return out, err
 }
 
-func (s scope) replayUnroutable(ctx context.Context, f rabbitmq.UnroutableFilter) ([]*message.Message, int, error) {
-	return rabbitmq.ReplayUnroutable(ctx, s.unroutable, s.unroutableFilter(f))
+// replayUnroutable replays the unroutable events of the event types given
+// and returns how many it delivered and how many are still bound to no
+// queue.
+func (s scope) replayUnroutable(ctx context.Context, types []string) (replayed, back int, err error) {
+	f := s.unroutableFilter(types)
+	if s.unroutableDB != nil {
+		r, err := dbbus.ReplayUnroutable(ctx, s.unroutableDB, dbbus.UnroutableFilter{EventTypes: f.EventTypes, TenantID: f.TenantID})
+		return len(r.Delivered), len(r.Kept), err
+	}
+	msgs, back, err := rabbitmq.ReplayUnroutable(ctx, s.unroutable, f)
+	return len(msgs), back, err
+}
+
+// scopedTenant returns t ("" for every tenant), or the scope's tenant
+// when it has one.
+func (s scope) scopedTenant(t string) string {
+	if s.tenant != "" {
+		return s.tenant
+	}
+	return t
+}
+
+func (s scope) listScheduled(ctx context.Context, f outbox.ScheduledFilter) ([]outbox.ScheduledMessage, error) {
+	f.Tenant = s.scopedTenant(f.Tenant)
+	return s.store.ListScheduled(ctx, f)
+}
+
+func (s scope) scheduledBacklog(ctx context.Context, t string) (outbox.ScheduledBacklog, error) {
+	return s.store.ScheduledBacklog(ctx, s.scopedTenant(t))
+}
+
+// cancelScheduled cancels, in a transaction of its own, the waiting
+// messages scheduled under key in tenant t (the default tenant when t is
+// empty), or in the scope's tenant when it has one, and returns how many
+// it cancelled.
+func (s scope) cancelScheduled(ctx context.Context, t, key string) (int64, error) {
+	var n int64
+	err := s.store.DB().WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var err error
+		n, err = s.store.Cancel(ctx, tx, key, &outbox.CancelOpts{Tenant: s.scopedTenant(t)})
+		return err
+	})
+	return n, err
+}
+
+// listProcesses returns the processes in table that f selects, narrowed
+// to the scope's tenant.
+func (s scope) listProcesses(ctx context.Context, table string, f process.Filter) ([]process.Info, error) {
+	f.Tenant = s.scopedTenant(f.Tenant)
+	return process.List(ctx, s.store.DB(), table, f)
+}
+
+// abandonProcess abandons the process of key in table of tenant t (the
+// default tenant when t is empty), or of the scope's tenant when it has
+// one: another tenant's process under the same key is not found.
+func (s scope) abandonProcess(ctx context.Context, table, t, key string) error {
+	t = s.scopedTenant(t)
+	if t == "" {
+		t = tenant.Default
+	}
+	return process.Abandon(ctx, s.store.DB(), s.store, table, t, key)
 }

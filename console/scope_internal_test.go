@@ -11,13 +11,13 @@ import (
 
 // dataPackages are the packages whose functions read or change the outbox
 // and the broker.
-var dataPackages = map[string]bool{"outbox": true, "consumer": true, "rabbitmq": true, "inbox": true}
+var dataPackages = map[string]bool{"outbox": true, "consumer": true, "rabbitmq": true, "inbox": true, "dbbus": true, "process": true}
 
 // pureFuncs are the functions of dataPackages that reach no data.
-var pureFuncs = map[string]bool{"rabbitmq.UnroutableQueue": true}
+var pureFuncs = map[string]bool{"rabbitmq.UnroutableQueue": true, "process.ValidateTable": true}
 
 // TestOnlyTheScopeReachesTheData: no file of the package but scope.go
-// calls a function of the outbox, consumer, rabbitmq or inbox packages
+// calls a function of the outbox, consumer, rabbitmq, dbbus, inbox or process packages
 // (but names), or touches a store field or the scope's inspector, so
 // every page and action, today's and tomorrow's, goes through the scope
 // and its tenant.

@@ -37,10 +37,11 @@ type probe struct {
 // TestTenantLockedConsoleKeepsToItsTenant walks every route of a console
 // locked to tenant acme, taken from the console's own route table, with
 // the ids of tenant default's outbox dead letter and tenant globex's
-// consumer dead letter and unroutable event: the pages that show or act on
-// one id answer 404, the lists and bulk actions hold acme's only, and
-// afterwards the other tenants' dead letters and event are all still
-// there. A route the table here does not know fails the test, so a new
+// consumer dead letter and unroutable event (and globex's scheduled
+// message and processes): the pages that show or act on one id answer
+// 404, the lists and bulk actions hold acme's only, and afterwards the
+// other tenants' dead letters, event, scheduled message and processes are
+// all still there. A route the table here does not know fails the test, so a new
 // page cannot be added without being walked.
 func TestTenantLockedConsoleKeepsToItsTenant(t *testing.T) {
 	t.Parallel()
@@ -76,6 +77,7 @@ func TestTenantLockedConsoleKeepsToItsTenant(t *testing.T) {
 	e := setup(t, testenv.SQLite(t), &console.Config{
 		Tenant: "acme", ShowPayloads: true,
 		Consumers: &console.Consumers{AMQP: amqpCfg, Groups: []string{group}}, Unroutable: amqpCfg,
+		ProcessTables: []string{"checkouts"},
 	})
 	b, own := e.rows["b"].ID, e.rows["e"].ID // tenant default's dead letter; acme's
 	// The group's parked events and holds: acme's order o1 and globex's
@@ -99,6 +101,14 @@ func TestTenantLockedConsoleKeepsToItsTenant(t *testing.T) {
 	}
 	require.NoError(t, e.db.Exec(`INSERT INTO consumer_members (consumer, member_id, partitions, expires_ms) VALUES (?, ?, 1, ?)`,
 		group, "walk-member", time.Now().Add(time.Hour).UnixMilli()).Error)
+	// A scheduled message of acme's and one of globex's under the same key.
+	schedOwn := e.schedule(t, "acme", "walk.later", "walk-key", time.Hour).ID
+	schedGlobex := e.schedule(t, "globex", "walk.later", "walk-key", time.Hour).ID
+	// A process of acme's and one of globex's under the same key, and one
+	// of globex's only.
+	e.startCheckout(t, "acme", "walk-proc", time.Hour, false)
+	e.startCheckout(t, "globex", "walk-proc", time.Hour, false)
+	e.startCheckout(t, "globex", "walk-globex", time.Hour, false)
 	parked := "/consumers/" + group + "/parked"
 	tok := e.token(t, "/dead")
 	post := func(form url.Values) url.Values {
@@ -116,6 +126,17 @@ func TestTenantLockedConsoleKeepsToItsTenant(t *testing.T) {
 		// Bulk: acme's dead letter of the topic moves, default's does not.
 		"POST /dead/requeue": {method: "POST", path: "/dead/requeue", form: post(url.Values{"topic": {"order.paid"}, "tenant": {"default"}}),
 			status: 303, location: "n=1"},
+		"GET /scheduled": {method: "GET", path: "/scheduled?tenant=globex", status: 200, shown: []string{`data-id="` + schedOwn + `"`},
+			hidden: []string{schedGlobex}},
+		// acme's message under the key is cancelled, globex's is not.
+		"POST /scheduled/cancel": {method: "POST", path: "/scheduled/cancel",
+			form: post(url.Values{"tenant": {"globex"}, "key": {"walk-key"}, "confirm": {"yes"}}), status: 303, location: "n=1"},
+		"GET /processes": {method: "GET", path: "/processes?tenant=globex", status: 200, shown: []string{`data-tenant="acme" data-key="walk-proc"`},
+			hidden: []string{`data-tenant="globex"`, "walk-globex"}},
+		// acme's process under the key is abandoned, globex's is not.
+		"POST /processes/abandon": {method: "POST", path: "/processes/abandon",
+			form: post(url.Values{"table": {"checkouts"}, "tenant": {"globex"}, "key": {"walk-proc"}, "confirm": {"yes"}}), status: 303,
+			location: "done=abandoned"},
 		"GET /consumers":         {method: "GET", path: "/consumers", status: 200, shown: []string{`<td class="num">1</td>`}, hidden: []string{`<td class="num">2</td>`}},
 		"GET /consumers/{group}": {method: "GET", path: "/consumers/" + group, status: 200, shown: []string{`data-id="dl-acme"`}, hidden: []string{"dl-globex"}},
 		"GET /consumers/{group}/{id}": {method: "GET", path: "/consumers/" + group + "/dl-globex", status: 404,
@@ -191,8 +212,15 @@ func TestTenantLockedConsoleKeepsToItsTenant(t *testing.T) {
 	if holds, err := in.ListHolds(ctx, inbox.ParkedFilter{TenantID: "globex"}, 10); assert.NoError(t, err) && assert.Len(t, holds, 1, "globex's hold") {
 		intact++
 	}
+	if assert.Equal(t, []string{schedGlobex}, e.waitingIDs(t), "globex's scheduled message") {
+		intact++
+	}
+	if assert.ElementsMatch(t, []string{"globex/walk-proc", "globex/walk-globex"}, e.runningCheckouts(t), "globex's processes") {
+		intact++
+	}
 	assert.Empty(t, queueIDs(t, amqpCfg, group), "nothing replayed into the group")
-	t.Logf("%d of %d routes kept tenant acme's console to acme; %d of 4 of the other tenants' messages and holds intact", kept, len(routes), intact)
+	t.Logf("%d of %d routes kept tenant acme's console to acme; %d of 6 of the other tenants' messages, holds and processes intact",
+		kept, len(routes), intact)
 }
 
 // queueIDs lists the message ids in queue, leaving them there.

@@ -91,14 +91,18 @@ type Config struct {
 	// rabbitmq.Quorum or rabbitmq.Classic. Defaults to rabbitmq.Quorum.
 	QueueType rabbitmq.QueueType
 	// DeliveryLimit is, for quorum partition queues, how many times a
-	// message is delivered again before RabbitMQ dead-letters it. The
+	// message is delivered again before RabbitMQ (or the database bus)
+	// dead-letters it. The
 	// broker counts every give-back (a crash, a partition move, a lost
 	// link, a shutdown) against every message a subscription held, so it
 	// is only a far-off backstop: the consumer dead-letters a message
 	// itself at its last delivery below the limit, with the cause
 	// CausePoison, holding its aggregate back, so the broker never
 	// dead-letters one without a hold. Poison is caught well before by
-	// MaxCrashes. Defaults to DefaultDeliveryLimit (500).
+	// MaxCrashes. On the database bus (NewDatabase) it applies to every
+	// group, and is the bus's own dbbus.Config.DeliveryLimit, or below it.
+	// Defaults to DefaultDeliveryLimit (500); on the database bus to the
+	// bus's limit.
 	DeliveryLimit int
 	// MaxCrashes is how many attempts at a message may die with their
 	// process (a crash, a SIGKILL, an out-of-memory kill) before the
@@ -279,6 +283,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.BatchWait < 0 {
 		p.Addf("BatchWait", "%v is negative", out.BatchWait)
+	}
+	if putBack == "delivery-limit" && out.DeliveryLimit == 0 && out.MaxCrashes == 0 {
+		out.DeliveryLimit, out.MaxCrashes = 20, -1 // poison counted by the broker's give-backs alone, as before the crash ledger
 	}
 	conf.Default(&p, "DeliveryLimit", &out.DeliveryLimit, DefaultDeliveryLimit)
 	conf.OrDefault(&out.MaxCrashes, DefaultMaxCrashes)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -19,6 +18,7 @@ import (
 	"github.com/bentoevents/bento/inbox"
 	"github.com/bentoevents/bento/internal/conf"
 	"github.com/bentoevents/bento/internal/tracing"
+	"github.com/bentoevents/bento/internal/wire"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/rabbitmq"
 )
@@ -54,6 +54,10 @@ type Consumer struct {
 	breaker   *breaker
 	crashes   *crashLedger  // nil when MaxCrashes is off
 	tap       *rabbitmq.Tap // copies of the dead letters; nil without a delivery limit
+	// limited is true when the bus dead-letters a message delivered more
+	// than cfg.DeliveryLimit times: RabbitMQ's quorum partition queues,
+	// or the database bus with a delivery limit.
+	limited   bool
 	metrics   metrics
 	deadDepth func(context.Context) (int, error) // messages in the dead-letter queue; nil when unknown
 	live      atomic.Bool                        // subscribed, and Run has not returned
@@ -121,6 +125,7 @@ func newConsumer(db *gorm.DB, newSub SubscriberFactory, dead message.Publisher, 
 	return &Consumer{
 		cfg: c, db: db, inbox: in, newSub: newSub, dead: dead, deadTopic: deadTopic, members: mem,
 		breaker: newBreaker(c.RetryInitialInterval, c.RetryMaxInterval), metrics: m, crashes: ledger,
+		limited:  c.Partitions > 0 && c.QueueType == rabbitmq.Quorum,
 		handlers: map[string]handler{},
 		running:  make(chan struct{}),
 	}, nil
@@ -129,13 +134,11 @@ func newConsumer(db *gorm.DB, newSub SubscriberFactory, dead message.Publisher, 
 // Config returns the consumer's configuration with defaults filled in.
 func (c *Consumer) Config() Config { return c.cfg }
 
-var notTopicChars = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
-
 // DeadLetterTopic is the topic dead letters of group are published under:
 // "bento-dead.<group>", with characters a topic cannot hold replaced by '_'.
 // Its queue is "<group>.dead".
 func DeadLetterTopic(group string) string {
-	return "bento-dead." + notTopicChars.ReplaceAllString(group, "_")
+	return wire.DeadLetterTopic(group)
 }
 
 // NewMemory returns a consumer of group cfg.Group on the in-memory
@@ -189,7 +192,11 @@ func NewMemory(db *gorm.DB, bus *messaging.MemoryBus, cfg *Config) (*Consumer, e
 // the group declared with dbbus.DeclareGroup, its subscriptions competing.
 // Dead letters are published on bus under DeadLetterTopic(group), bound to
 // the group DeadLetterQueue(group), declared here. cfg's zero fields take
-// their defaults.
+// their defaults, but for DeliveryLimit: the bus's own
+// (dbbus.Bus.DeliveryLimit), to which a larger one is lowered too, so that
+// the consumer dead-letters a message that keeps coming back, holding its
+// aggregate, before the bus would; it reads the bus's count of a
+// message's earlier deliveries from messaging.MetaDeliveryCount.
 //
 // Errors: ErrInvalidConfig, dbbus.ErrTopologyMismatch (the group is
 // declared with another partition count, or partitioned where cfg is not,
@@ -198,9 +205,13 @@ func NewDatabase(db *gorm.DB, bus *dbbus.Bus, cfg *Config) (*Consumer, error) {
 	if bus == nil {
 		return nil, fmt.Errorf("%w: nil bus", ErrInvalidConfig)
 	}
+	ownLimit := cfg != nil && cfg.DeliveryLimit != 0
 	resolved, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	if busLimit := bus.DeliveryLimit(); busLimit >= 0 && (!ownLimit || resolved.DeliveryLimit > busLimit) {
+		resolved.DeliveryLimit = busLimit
 	}
 	cfg = &resolved
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -222,12 +233,16 @@ func NewDatabase(db *gorm.DB, bus *dbbus.Bus, cfg *Config) (*Consumer, error) {
 		if err := dbbus.DeclareGroup(ctx, bus.DB(), cfg.Group, patterns...); err != nil {
 			return nil, err
 		}
-		return bus.Subscriber(), nil
+		// Competing subscriptions share the messages out as a broker's
+		// round-robin does: each claims a batch (one message, unless
+		// BatchSize says otherwise), not every message that is ready.
+		return bus.BatchSubscriber(cfg.BatchSize), nil
 	}
 	c, err := newConsumer(db, newSub, bus, topic, cfg, tracing.SystemDatabase)
 	if err != nil {
 		return nil, err
 	}
+	c.limited = bus.DeliveryLimit() >= 0
 	c.deadDepth = func(ctx context.Context) (int, error) { return dbbus.Depth(ctx, bus.DB(), deadQueue) }
 	return c, nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"gorm.io/gorm"
 
+	"github.com/bentoevents/bento/dbbus"
 	"github.com/bentoevents/bento/internal/dialect"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/rabbitmq"
@@ -103,16 +104,27 @@ func (l *crashLedger) settle(ctx context.Context, done, kept []string) {
 	// counts one crash too many, which MaxCrashes leaves room for.
 }
 
-// deliveryCount returns how many times the broker delivered msg before:
-// a quorum queue's x-delivery-count header, 0 without one.
+// deliveryCount returns how many times the bus delivered msg before: a
+// quorum queue's x-delivery-count header, or the database bus's
+// messaging.MetaDeliveryCount, 0 without either.
 func deliveryCount(msg *message.Message) int {
+	if v := msg.Metadata.Get(messaging.MetaDeliveryCount); v != "" {
+		n, _ := strconv.Atoi(v)
+		return n
+	}
 	n, _ := strconv.Atoi(msg.Metadata.Get(rabbitmq.HeaderDeliveryCount))
 	return n
 }
 
-// redelivered reports whether msg was delivered before (see
-// messaging.MetaRedelivered).
+// redelivered reports whether msg was delivered before, as its bus says
+// (messaging.MetaRedelivered, or a delivery count: a quorum queue's, the
+// database bus's).
 func redelivered(msg *message.Message) bool {
+	if putBack == "dbbus-crashes" { // a constant "" outside bento_putback builds: compiled away
+		if _, ok := dbbus.LeaseOf(msg); ok {
+			return false // the bug put back: the database bus's marks ignored
+		}
+	}
 	return msg.Metadata.Get(messaging.MetaRedelivered) == "true" || deliveryCount(msg) > 0
 }
 
@@ -135,8 +147,7 @@ const limitMargin = 2
 // nearLimit reports whether the broker would dead-letter msg, without a
 // hold, within limitMargin more give-backs.
 func (c *Consumer) nearLimit(msg *message.Message) bool {
-	return c.cfg.Partitions > 0 && c.cfg.QueueType == rabbitmq.Quorum &&
-		deliveryCount(msg) >= max(c.cfg.DeliveryLimit-limitMargin, 1)
+	return c.limited && deliveryCount(msg) >= max(c.cfg.DeliveryLimit-limitMargin, 1)
 }
 
 // doomed reports whether msg, delivered again after crashes crashed
@@ -154,7 +165,7 @@ func (c *Consumer) doomed(msg *message.Message, crashes int) bool {
 // message is dead-lettered as poison when its turn comes (see guard).
 // Without hold-back or a delivery limit it returns msgs.
 func (c *Consumer) watchLimit(ctx context.Context, msgs <-chan *message.Message) <-chan *message.Message {
-	if c.cfg.DisableHoldBack || c.cfg.Partitions <= 0 || c.cfg.QueueType != rabbitmq.Quorum {
+	if c.cfg.DisableHoldBack || c.cfg.Partitions <= 0 || !c.limited {
 		return msgs
 	}
 	out := make(chan *message.Message, c.cfg.BatchSize) // a subscription holds at most that many

@@ -13,15 +13,19 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"gorm.io/gorm"
 
+	"github.com/bentoevents/bento/internal/wire"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/rabbitmq"
 )
 
 // CausePoison is the cause of a dead letter the broker sent to the group's
 // dead-letter queue past the partition queue's delivery limit: it crashed
-// or hung every consumer it reached. It carries no dead_cause header; its
-// x-death header says delivery_limit.
-const CausePoison = "poison"
+// or hung every consumer it reached. RabbitMQ's carries no dead_cause
+// header; its x-death header says delivery_limit. The database bus's
+// (dbbus.Config.DeliveryLimit) carries dead_cause "poison". The consumer
+// gives the same cause to the messages it dead-letters after MaxCrashes
+// or near the delivery limit.
+const CausePoison = wire.CausePoison
 
 // DeadLetter is a message in a consumer group's dead-letter queue.
 type DeadLetter struct {
@@ -281,7 +285,7 @@ func deadHeader(k string) bool {
 	switch k {
 	case MetaDeadCause, MetaDeadReason, MetaDeadAt, MetaDeadAttempts, middleware.PoisonedTopicKey,
 		middleware.PoisonedHandlerKey, middleware.PoisonedSubscriberKey, "x-death", rabbitmq.HeaderDeliveryCount,
-		messaging.MetaRedelivered:
+		messaging.MetaRedelivered, messaging.MetaDeliveryCount:
 		return true
 	}
 	return strings.HasPrefix(k, "x-first-death-") || strings.HasPrefix(k, "x-last-death-")

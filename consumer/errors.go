@@ -8,6 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 
 	"github.com/bentoevents/bento/inbox"
+	"github.com/bentoevents/bento/internal/wire"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/rabbitmq"
 )
@@ -53,14 +54,14 @@ const MetaDeadReason = middleware.ReasonForPoisonedKey
 
 // MetaDeadCause is the metadata key under which a dead letter carries why
 // it was given up on: one of the Cause constants.
-const MetaDeadCause = "dead_cause"
+const MetaDeadCause = wire.DeadCause
 
 // Metadata keys of dead letters and replays.
 const (
 	// MetaDeadAt is when the consumer gave the message up (RFC 3339, UTC).
-	MetaDeadAt = "dead_at"
+	MetaDeadAt = wire.DeadAt
 	// MetaDeadAttempts is how many attempts failed before it did.
-	MetaDeadAttempts = "dead_attempts"
+	MetaDeadAttempts = wire.DeadAttempts
 	// MetaReplays counts the times a dead letter was replayed.
 	MetaReplays = messaging.MetaReplays
 )

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/bentoevents/bento/internal/dberr"
 	"github.com/bentoevents/bento/messaging"
 )
 
@@ -39,7 +40,7 @@ type partitionWorker struct {
 // as instances come and go, until ctx ends.
 func (c *Consumer) runPartitioned(ctx context.Context, handle message.HandlerFunc, patterns []string) error {
 	ttl, every, timeout := memberTTL(c.cfg.TakeoverTime), c.cfg.TakeoverTime/4, beatTimeout(c.cfg.TakeoverTime)
-	owned, err := c.members.beat(ctx, ttl.Milliseconds(), timeout)
+	owned, err := c.join(ctx, ttl, every, timeout)
 	switch {
 	case ctx.Err() != nil:
 		return nil // stopped before it started
@@ -345,5 +346,28 @@ func (c *Consumer) startSweeper(ctx context.Context) (stop func()) {
 	return func() {
 		cancel()
 		<-done
+	}
+}
+
+// join makes the instance's first beat, trying again every pause while the
+// database is slow or unreachable (a beat that timed out, a busy SQLite, a
+// lost connection), so that an instance started during a database hiccup
+// waits for it instead of stopping. Other errors, such as
+// ErrPartitionMismatch, are returned at once.
+func (c *Consumer) join(ctx context.Context, ttl, pause, timeout time.Duration) ([]int, error) {
+	for {
+		owned, err := c.members.beat(ctx, ttl.Milliseconds(), timeout)
+		if err == nil || ctx.Err() != nil {
+			return owned, err
+		}
+		if !dberr.IsTransient(err) && !errors.Is(err, context.DeadlineExceeded) {
+			return nil, err
+		}
+		c.cfg.Logger.Warn("consumer: joining the group's membership failed; trying again", "group", c.cfg.Group, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, nil
+		case <-time.After(pause):
+		}
 	}
 }

@@ -76,13 +76,13 @@ type Bus struct {
 // Errors: ErrInvalidConfig, ErrNotMigrated, dialect errors for another
 // database.
 func New(db *gorm.DB, cfg *Config) (*Bus, error) {
-	c, err := cfg.withDefaults()
-	if err != nil {
-		return nil, err
-	}
 	d, err := dialect.Of(db)
 	if err != nil {
 		return nil, fmt.Errorf("dbbus: %w", err)
+	}
+	c, err := cfg.withDefaults(d == dialect.Postgres)
+	if err != nil {
+		return nil, err
 	}
 	if err := migrate.Require(db, "dbbus", ErrNotMigrated, "dbbus_messages", "dbbus_deliveries", "dbbus_bindings"); err != nil {
 		return nil, err

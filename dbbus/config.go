@@ -21,11 +21,32 @@ type Config struct {
 	// PollInterval is how often an idle subscription looks for deliveries
 	// without being woken, and how often it makes expired leases ready
 	// again. Wake-ups (LISTEN/NOTIFY on PostgreSQL, an in-process signal on
-	// both databases) usually come first. Defaults to 200 ms.
+	// both databases) usually come first. Defaults to 2 s on PostgreSQL,
+	// where the bus listens for other processes' publishes, and to 200 ms
+	// on SQLite or with NoListen, where polling is how they are found.
 	PollInterval time.Duration
 	// BatchSize is how many deliveries one claim leases at most; the
 	// subscription hands them out one at a time, in order. Defaults to 16.
 	BatchSize int
+	// DeliveryLimit is how many times a delivery may come back to its
+	// queue (attempts that failed: a nack, a lease that lapsed, a
+	// partition queue taken over from a subscription that died) before
+	// the bus dead-letters it: a delivery claimed with more failed
+	// attempts than DeliveryLimit is not handed out but moved, in one
+	// transaction, to the dead letters of its group, published on
+	// messaging's dead-letter topic of the group ("bento-dead.<group>",
+	// consumer.DeadLetterTopic; a partition queue's group is the
+	// partitioned group) and so to the group consumer.DeadLetterQueue(group)
+	// bound to it, or kept in [UnroutableGroup] when none is, with the
+	// metadata dead_cause "poison", reason_poisoned saying why, dead_at
+	// and dead_attempts (see [Bus.DeliveryLimit]). Give-backs (Close, a
+	// cancelled subscription) count no attempt. It is a backstop like a
+	// RabbitMQ quorum queue's delivery limit: the consumer runtime
+	// dead-letters a message itself first, at its last delivery below the
+	// limit, holding its aggregate back, which a dead letter of the bus
+	// does not. A negative value means no limit. Defaults to
+	// DefaultDeliveryLimit (500).
+	DeliveryLimit int
 	// NoListen turns LISTEN/NOTIFY off on PostgreSQL, for connections
 	// through a pooler in transaction mode (such as PgBouncer): subscribers
 	// then poll. Publishers still notify, which costs nothing when nobody
@@ -39,15 +60,24 @@ type Config struct {
 // ErrInvalidConfig is returned by [New] for a Config field out of range.
 var ErrInvalidConfig = errors.New("dbbus: invalid config")
 
+// DefaultDeliveryLimit is Config.DeliveryLimit's default, RabbitMQ's
+// quorum partition queues' too.
+const DefaultDeliveryLimit = 500
+
 const (
 	defaultVisibilityTimeout = 30 * time.Second
 	defaultPollInterval      = 200 * time.Millisecond
-	defaultBatchSize         = 16
-	maxBatchSize             = 1000
+	// defaultListenPollInterval is PollInterval's default for a bus that
+	// listens: an idle subscription's polls are most of its CPU, and
+	// NOTIFY, sent by every publish in any process, wakes it first.
+	defaultListenPollInterval = 2 * time.Second
+	defaultBatchSize          = 16
+	maxBatchSize              = 1000
 )
 
-// withDefaults validates c and returns a copy with defaults filled in.
-func (c *Config) withDefaults() (Config, error) {
+// withDefaults validates c and returns a copy with defaults filled in, for
+// a bus that listens for notifications (listens) or not.
+func (c *Config) withDefaults(listens bool) (Config, error) {
 	var out Config
 	if c != nil {
 		out = *c
@@ -70,9 +100,15 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.PollInterval == 0 {
 		out.PollInterval = defaultPollInterval
+		if listens && !out.NoListen {
+			out.PollInterval = defaultListenPollInterval
+		}
 	}
 	if out.BatchSize == 0 {
 		out.BatchSize = defaultBatchSize
+	}
+	if out.DeliveryLimit == 0 {
+		out.DeliveryLimit = DefaultDeliveryLimit
 	}
 	if out.Logger == nil {
 		out.Logger = slog.Default()

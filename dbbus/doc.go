@@ -86,6 +86,22 @@
 // of a group receives the messages of one topic in publish order, as long
 // as none comes back; competing subscriptions share the group's messages.
 //
+// # Delivery limit
+//
+// A delivery that failed more often than Config.DeliveryLimit (default
+// [DefaultDeliveryLimit]; nacks, lapsed leases and take-overs count,
+// give-backs do not) is not handed out at its next claim: in one
+// transaction it is deleted and its message published on the dead-letter
+// topic of its group ("bento-dead.<group>", as package consumer names it;
+// a partition queue's group is the partitioned group), with the metadata
+// dead_cause "poison", reason_poisoned, dead_at and dead_attempts, so it
+// lands in the group's dead-letter queue (or, with none declared, is kept
+// in [UnroutableGroup]). Every message a subscription hands out carries
+// its earlier failed deliveries in messaging.MetaDeliveryCount (and
+// messaging.MetaRedelivered) when there were any, as a RabbitMQ quorum
+// queue counts them, so that the consumer runtime dead-letters a message
+// itself, holding its aggregate back, before the bus does ([Bus.DeliveryLimit]).
+//
 // On SQLite, which has one writer at a time, the bus's own writes queue
 // for a mutex in the process rather than in SQLite's busy handler, so that
 // competing subscriptions share a group's messages.
@@ -108,7 +124,12 @@
 // [Stats] counts a queue's (or a partitioned group's) ready and leased
 // deliveries. [PurgeUnroutable] deletes the messages kept in
 // [UnroutableGroup] older than an age, or all of them: nothing else
-// removes them. [DeleteGroup] retires a group: its bindings, so that it no
+// removes them. [ListUnroutable] shows them with their ages, and
+// [ReplayUnroutable] delivers them to the groups bound to their topic
+// since, each taken out of UnroutableGroup in the transaction that
+// delivers it (exactly once, also under concurrent replays, which lock
+// the deliveries in id order as [Browse] does); one still bound to no
+// group stays kept. [DeleteGroup] retires a group: its bindings, so that it no
 // longer collects copies of new messages, its partitions and queue
 // owners, and every delivery it holds. Both walk their rows through the
 // partial indexes in bounded batches, each in a transaction of its own.
@@ -117,9 +138,7 @@
 //
 // # Not yet
 //
-// Dead letters by the bus itself (attempts are counted, and the consumer
-// runtime dead-letters on its own, but the bus has no delivery limit),
-// and leader-only maintenance are not part of this package yet. The
+// Leader-only maintenance is not part of this package yet. The
 // embedded default (package embedded), the examples, the web console and
 // the bento command run on it; the console and the command handle a
 // consumer group's dead letters through [Browse] and [Peek].

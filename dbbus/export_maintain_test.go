@@ -10,4 +10,5 @@ var (
 	PickLeasedSQL              = pickQueueSQL("IS NOT NULL")
 	DeleteIDsSQL               = deleteIDsSQL
 	PeekSQL                    = peekDeliveries
+	PostgresAgeSQL             = ageSQL(dialect.Postgres)
 )

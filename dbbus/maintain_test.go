@@ -133,12 +133,15 @@ func TestDeleteGroup(t *testing.T) {
 	})
 }
 
-// TestPostgresMaintainPlans pins the plans of PurgeUnroutable and
-// DeleteGroup on a table where nearly every row is another group's or
-// leased, analyzed or not: the walk of the unroutable group reads
-// dbbus_deliveries_ready, a batch's delete goes by primary key, and
-// DeleteGroup reads a queue's ready and leased rows through their partial
-// indexes, never by a sequential scan.
+// TestPostgresMaintainPlans pins the plans of PurgeUnroutable,
+// ListUnroutable, ReplayUnroutable and DeleteGroup on a table where nearly
+// every row is another group's or leased, analyzed or not: the walk of the
+// unroutable group reads dbbus_deliveries_ready, a batch's delete goes by
+// primary key, the ages of a batch's messages are read from
+// dbbus_messages by primary key, and DeleteGroup reads a queue's ready
+// and leased rows through their partial indexes, never by a sequential
+// scan. (A replay's and a list's walk is the browse's and the peek's,
+// pinned here and in TestPostgresClaimPlans.)
 func TestPostgresMaintainPlans(t *testing.T) {
 	t.Parallel()
 	for _, analyzed := range []bool{false, true} {
@@ -149,8 +152,11 @@ func TestPostgresMaintainPlans(t *testing.T) {
 			skew(t, db)
 			require.NoError(t, db.Exec(`INSERT INTO dbbus_deliveries (group_name, message_id)
 				SELECT ?, 'lost-' || g FROM generate_series(1, 5) AS g`, dbbus.UnroutableGroup).Error)
+			require.NoError(t, db.Exec(`INSERT INTO dbbus_messages (id, topic, metadata, payload)
+				SELECT 'other-' || g, 'order.paid', '{}', '' FROM generate_series(1, 10000) AS g`).Error)
 			if analyzed {
 				require.NoError(t, db.Exec("ANALYZE dbbus_deliveries").Error)
+				require.NoError(t, db.Exec("ANALYZE dbbus_messages").Error)
 			}
 			walk := explainPlan(t, db, dbbus.PeekSQL, map[string]any{"group": dbbus.UnroutableGroup, "after": 0, "limit": 500})
 			assertIndexed(t, "the purge's walk", walk, "dbbus_deliveries_ready")
@@ -158,6 +164,11 @@ func TestPostgresMaintainPlans(t *testing.T) {
 			lost := dbbus.UnroutableGroup
 			aged := explainPlan(t, db, dbbus.PostgresPurgeUnroutableSQL, map[string]any{"group": lost, "ids": ids, "ms": 3600000})
 			assertAnyIndex(t, "the purge by age", aged)
+			ages := explainPlan(t, db, dbbus.PostgresAgeSQL, map[string]any{"ids": []string{"other-7", "lost-1"}})
+			for _, n := range ages {
+				assert.False(t, n.kind == "Seq Scan" && n.relation == "dbbus_messages", "the ages of kept messages scan dbbus_messages: %v", ages)
+			}
+			assert.Contains(t, fmt.Sprint(ages), "dbbus_messages_pkey", "the ages of kept messages are not read by primary key")
 			all := explainPlan(t, db, dbbus.PurgeAllSQL, map[string]any{"group": lost, "ids": ids})
 			assertAnyIndex(t, "the purge of all", all)
 			ready := explainPlan(t, db, dbbus.PickReadySQL, map[string]any{"group": "billing", "limit": 500})

@@ -68,13 +68,16 @@ func (s *partitionSubscriber) Subscribe(ctx context.Context, queue string) (<-ch
 	}
 	o := &owner{bus: s.bus, sub: s.Subscriber, queue: queue, token: newToken(), prefetch: s.prefetch}
 	// The first subscription takes the queue before Subscribe returns, so
-	// that of two subscriptions the first one subscribed owns it.
+	// that of two subscriptions the first one subscribed owns it. The
+	// wake-up channel is taken before: a disown or publish between this
+	// attempt and the goroutine's first wait is kept, not slept through.
+	woken := s.bus.wakeup()
 	o.owned = o.own(ctx)
 	out := make(chan *message.Message)
 	go func() {
 		defer s.wg.Done()
 		defer close(out)
-		o.run(ctx, out)
+		o.run(ctx, out, woken)
 	}()
 	return out, nil
 }
@@ -129,8 +132,10 @@ func (o *owner) stopped(ctx context.Context) bool {
 
 // run waits to own the queue, takes over what a predecessor held, then
 // consumes it until ctx ends, the subscriber closes or the ownership is
-// lost, and gives the queue up.
-func (o *owner) run(ctx context.Context, out chan<- *message.Message) {
+// lost, and gives the queue up. woken is the bus's wake-up channel as it
+// was before the last attempt to own the queue, so that a wake-up after
+// that attempt ends the wait.
+func (o *owner) run(ctx context.Context, out chan<- *message.Message, woken <-chan struct{}) {
 	b := o.bus
 	poll := time.NewTicker(b.cfg.PollInterval)
 	defer poll.Stop()
@@ -141,8 +146,8 @@ func (o *owner) run(ctx context.Context, out chan<- *message.Message) {
 			}
 			o.disown(ctx)
 			o.owned = false
+			woken = b.wakeup() // not woken by its own disown: wait to retry
 		}
-		woken := b.wakeup()
 		select {
 		case <-ctx.Done():
 			return
@@ -151,6 +156,7 @@ func (o *owner) run(ctx context.Context, out chan<- *message.Message) {
 		case <-woken:
 		case <-poll.C:
 		}
+		woken = b.wakeup() // before the attempt: a wake-up during it is kept
 		o.owned = o.own(ctx)
 	}
 	defer o.disown(ctx)

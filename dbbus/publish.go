@@ -109,18 +109,34 @@ func (r route) queue(msg *message.Message) string {
 
 // routes returns the groups bound to topic, or [UnroutableGroup] alone.
 func (b *Bus) routes(tx *gorm.DB, topic string) ([]route, error) {
-	var bindings []struct {
-		GroupName  string
-		Pattern    string
-		Partitions int
-	}
-	if err := tx.Raw(`SELECT b.group_name, b.pattern, coalesce(p.partitions, 0) AS partitions
-FROM dbbus_bindings AS b LEFT JOIN dbbus_partitions AS p ON p.group_name = b.group_name
-ORDER BY b.group_name`).Scan(&bindings).Error; err != nil {
+	bindings, err := readBindings(tx)
+	if err != nil {
 		return nil, wrapDB("publish: read bindings", err)
 	}
+	return bindings.routes(topic), nil
+}
+
+// bindings are the rows of dbbus_bindings with their groups' partition
+// counts, by group name.
+type bindings []struct {
+	GroupName  string
+	Pattern    string
+	Partitions int
+}
+
+// readBindings reads every binding, ordered by group.
+func readBindings(tx *gorm.DB) (bindings, error) {
+	var bs bindings
+	err := tx.Raw(`SELECT b.group_name, b.pattern, coalesce(p.partitions, 0) AS partitions
+FROM dbbus_bindings AS b LEFT JOIN dbbus_partitions AS p ON p.group_name = b.group_name
+ORDER BY b.group_name`).Scan(&bs).Error
+	return bs, err
+}
+
+// routes returns the groups bound to topic, or [UnroutableGroup] alone.
+func (bs bindings) routes(topic string) []route {
 	var routes []route
-	for _, bd := range bindings {
+	for _, bd := range bs {
 		if len(routes) > 0 && routes[len(routes)-1].group == bd.GroupName {
 			continue
 		}
@@ -131,7 +147,7 @@ ORDER BY b.group_name`).Scan(&bindings).Error; err != nil {
 	if len(routes) == 0 {
 		routes = []route{{group: UnroutableGroup}}
 	}
-	return routes, nil
+	return routes
 }
 
 // insert writes the bodies of msgs and, for those not held already, their

@@ -25,17 +25,28 @@ const settleTimeout = 10 * time.Second
 const ackDelay = 10 * time.Millisecond
 
 // Subscriber is a message.Subscriber of the bus: Subscribe(ctx, group)
-// consumes a declared group. Get one from [Bus.Subscriber].
+// consumes a declared group. Get one from [Bus.Subscriber] or
+// [Bus.BatchSubscriber].
 type Subscriber struct {
-	bus *Bus
-	mu  closing.Guard // closed by Close
-	wg  sync.WaitGroup
+	bus   *Bus
+	batch int           // the most deliveries one claim leases
+	mu    closing.Guard // closed by Close
+	wg    sync.WaitGroup
 }
 
-// Subscriber returns a new subscriber of the bus. [Bus.Close] closes it
-// too.
-func (b *Bus) Subscriber() *Subscriber {
-	s := &Subscriber{bus: b}
+// Subscriber returns a new subscriber of the bus whose claims lease up to
+// Config.BatchSize deliveries. [Bus.Close] closes it too.
+func (b *Bus) Subscriber() *Subscriber { return b.BatchSubscriber(b.cfg.BatchSize) }
+
+// BatchSubscriber is [Bus.Subscriber] with claims of up to n deliveries
+// (1 when n < 1, at most 1,000). A claim takes every ready delivery up to
+// its size, and the subscription hands them out one at a time: a large
+// claim serves a fast handler with fewer statements, but among competing
+// subscriptions the first to claim takes what is ready while the others
+// wait. n = 1 shares the messages out one at a time, as a broker's
+// round-robin with a prefetch of 1 does.
+func (b *Bus) BatchSubscriber(n int) *Subscriber {
+	s := &Subscriber{bus: b, batch: min(max(n, 1), maxBatchSize)}
 	b.mu.Lock()
 	if b.mu.Closed() {
 		_ = s.mu.Close(nil)
@@ -49,7 +60,8 @@ func (b *Bus) Subscriber() *Subscriber {
 // Subscribe implements message.Subscriber: it consumes group, which
 // [DeclareGroup] declared (or [UnroutableGroup]). Several subscriptions of
 // one group, in one process or several, are competing consumers: each
-// claim leases up to Config.BatchSize ready deliveries, lowest id first, in
+// claim leases up to the subscriber's batch (Config.BatchSize, or
+// BatchSubscriber's n) of ready deliveries, lowest id first, in
 // one statement that skips rows another claim holds. The subscription hands
 // them out one at a time, in order, and waits for each one's Ack or Nack:
 // an Ack deletes the delivery as [Ack] does, together with the claim's
@@ -123,7 +135,7 @@ func (s *Subscriber) consume(ctx context.Context, group string, out chan<- *mess
 				b.log.Warn("dbbus: rescue of expired leases failed", "group", group, "err", err)
 			}
 		}
-		batch, err := b.claim(ctx, group, newToken(), b.cfg.BatchSize)
+		batch, err := b.claim(ctx, group, newToken(), s.batch)
 		if err != nil && ctx.Err() == nil {
 			b.log.Warn("dbbus: claim failed", "group", group, "err", err)
 		}
@@ -250,7 +262,9 @@ type claimedRow struct {
 }
 
 // claim leases up to limit ready deliveries of group under token and loads
-// their messages, in delivery order.
+// their messages, in delivery order, each with its delivery count
+// (setDeliveryCount). Those past the delivery limit are dead-lettered
+// instead (deadLetter), and not returned.
 func (b *Bus) claim(ctx context.Context, group, token string, limit int) ([]claimed, error) {
 	var rows []claimedRow
 	err := b.write(func() error {
@@ -283,6 +297,7 @@ func (b *Bus) claim(ctx context.Context, group, token string, limit int) ([]clai
 	}
 	slices.SortFunc(rows, func(x, y claimedRow) int { return cmp.Compare(x.ID, y.ID) })
 	out := make([]claimed, 0, len(rows))
+	var doomed []claimed // past the delivery limit
 	for _, r := range rows {
 		// A delivery that cannot be read stays leased, and comes back when
 		// its lease expires, counted as a failed attempt; the others go on.
@@ -296,10 +311,19 @@ func (b *Bus) claim(ctx context.Context, group, token string, limit int) ([]clai
 			b.log.Warn("dbbus: delivery references a missing message; skipped until its lease expires", "group", group, "delivery", r.ID, "message", r.MessageID)
 			continue
 		}
-		out = append(out, claimed{
+		c := claimed{
 			lease: Lease{Group: group, Delivery: r.ID, MessageID: r.MessageID, Token: token, Attempts: r.Attempts},
 			msg:   msg,
-		})
+		}
+		if b.pastLimit(r.Attempts) {
+			doomed = append(doomed, c)
+			continue
+		}
+		setDeliveryCount(msg, r.Attempts)
+		out = append(out, c)
+	}
+	if len(doomed) > 0 {
+		b.deadLetter(ctx, group, token, doomed)
 	}
 	return out, nil
 }

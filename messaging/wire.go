@@ -44,13 +44,22 @@ const (
 	MetaProducer = wire.Producer
 	// MetaPartitionKey chooses the consumer partition of the message (see
 	// PartitionKey): "tenant|aggregate type|aggregate id" for an event of
-	// an aggregate, the event id otherwise. RabbitMQ's consistent-hash
-	// exchange hashes it.
+	// an aggregate, else the key a scheduled message was written with
+	// (outbox.ScheduleOpts.PartitionKey), else the event id. RabbitMQ's
+	// consistent-hash exchange hashes it.
 	MetaPartitionKey = wire.PartitionKey
+	// MetaDueAt is when a scheduled message (outbox.Store.Schedule) fell
+	// due, RFC 3339 in UTC, set by the relay when it released the message.
+	MetaDueAt = wire.DueAt
 	// MetaRedelivered is "true" on a message the broker delivered before
 	// (a bus sets it on the way in, never on the way out): its consumer may
 	// have died while handling it.
 	MetaRedelivered = wire.Redelivered
+	// MetaDeliveryCount is how many times the database bus delivered a
+	// message to its queue before (package dbbus sets it on the way in,
+	// with MetaRedelivered, when it is not zero), as a RabbitMQ quorum
+	// queue counts them in its x-delivery-count header.
+	MetaDeliveryCount = wire.DeliveryCount
 	// MetaReplays counts the times a dead letter was replayed: a message
 	// that carries it was dead-lettered, so never applied, by the group it
 	// was replayed to.
@@ -143,7 +152,12 @@ func NewMessage(m *outbox.Message) (*message.Message, error) {
 		delete(md, MetaAggregateVersion)
 	}
 	md[MetaTenantID] = m.TenantID
-	md[MetaPartitionKey] = partitionKey(m.ID, m.TenantID, m.AggregateType, m.AggregateID)
+	if m.AggregateID != "" || md[MetaPartitionKey] == "" {
+		// An event of an aggregate always goes to its aggregate's
+		// partition; a message without one keeps the key it was written
+		// with (outbox.ScheduleOpts.PartitionKey), else its own id.
+		md[MetaPartitionKey] = partitionKey(m.ID, m.TenantID, m.AggregateType, m.AggregateID)
+	}
 	md[MetaSchemaVersion] = strconv.Itoa(m.SchemaVersion)
 	md[MetaOccurredAt] = m.OccurredAt.UTC().Format(time.RFC3339Nano)
 	if md[MetaCorrelationID] == "" {

@@ -17,6 +17,13 @@ type TestConfig struct {
 	// none: PostgreSQL's now(), or the host's clock for the embedded SQLite,
 	// whose database is the application's own process.
 	Clock interface{ Now() time.Time }
+	// ScheduleClock, when set, stands in for the database's clock in the
+	// due times of scheduled messages only: After's base, and the time
+	// ReleaseDue releases up to. Package bentotest sets it to its fake
+	// clock, so a test moves scheduled messages' time while events written
+	// by stores on the system clock stay due. Defaults to Clock, then to
+	// the database's clock.
+	ScheduleClock interface{ Now() time.Time }
 }
 
 // dbClock yields the values a statement binds for "now" and for times
@@ -31,6 +38,15 @@ type dbClock struct {
 
 func newDBClock(d dialect.Dialect, test TestConfig) dbClock {
 	return dbClock{sql: d == dialect.Postgres && test.Clock == nil, fake: test.Clock}
+}
+
+// newScheduleClock is the clock of scheduled messages' due times: the
+// ScheduleClock when set, else the store's dbClock.
+func newScheduleClock(d dialect.Dialect, test TestConfig) dbClock {
+	if test.ScheduleClock != nil {
+		return dbClock{fake: test.ScheduleClock}
+	}
+	return newDBClock(d, test)
 }
 
 func (c dbClock) goNow() time.Time {

@@ -22,3 +22,14 @@ func PostgresClaimArgs(now time.Time, limit int) map[string]any {
 // PromoteSQL exposes the statement that releases the first held row of
 // each of n aggregates.
 func PromoteSQL(n int) string { return promoteSQL(n) }
+
+// PostgresReleaseDueSQL exposes the statement that releases due scheduled
+// messages, NextDueSQL the one that finds the next due time, and CancelSQL
+// the cancel, on PostgreSQL.
+func PostgresReleaseDueSQL() string { return pgReleaseDueSQL(false) }
+
+// PostgresNextDueSQL: see PostgresReleaseDueSQL.
+func PostgresNextDueSQL() string { return nextDueSQL(dialect.Postgres, false) }
+
+// CancelSQL: see PostgresReleaseDueSQL.
+const CancelSQL = cancelSQL

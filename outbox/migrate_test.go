@@ -40,8 +40,10 @@ func requireMigrated(t *testing.T, db *gorm.DB) {
 		migrationRow{Component: "outbox", Version: 5, Name: "head_of_line"},
 		migrationRow{Component: "outbox", Version: 6, Name: "unique_aggregate_versions"},
 		migrationRow{Component: "outbox", Version: 7, Name: "unsent_index"},
-		migrationRow{Component: "outbox", Version: 8, Name: "aggregate_probes"})
+		migrationRow{Component: "outbox", Version: 8, Name: "aggregate_probes"},
+		migrationRow{Component: "outbox", Version: 9, Name: "scheduled"})
 	require.Equal(t, want, rows)
+	require.True(t, db.Migrator().HasTable("outbox_scheduled"), "outbox_scheduled table")
 	m := db.Migrator()
 	require.True(t, m.HasTable(&outbox.Message{}), "outbox_events table")
 	assert.True(t, m.HasIndex(&outbox.Message{}, "outbox_events_due"), "outbox_events_due index")
@@ -136,9 +138,11 @@ func TestMigrations(t *testing.T) {
 	}
 	for dir, want := range map[string][]string{
 		"postgres": {"001_outbox_events.sql", "002_relay_indexes.sql", "003_failed_at.sql", "004_idle_relays.sql",
-			"005_head_of_line.sql", "006_unique_aggregate_versions.sql", "007_unsent_index.sql", "008_aggregate_probes.sql"},
+			"005_head_of_line.sql", "006_unique_aggregate_versions.sql", "007_unsent_index.sql", "008_aggregate_probes.sql",
+			"009_scheduled.sql"},
 		"sqlite": {"001_outbox_events.sql", "002_relay_indexes.sql", "003_failed_at.sql",
-			"005_head_of_line.sql", "006_unique_aggregate_versions.sql", "007_unsent_index.sql", "008_aggregate_probes.sql"},
+			"005_head_of_line.sql", "006_unique_aggregate_versions.sql", "007_unsent_index.sql", "008_aggregate_probes.sql",
+			"009_scheduled.sql"},
 	} {
 		entries, err := fs.ReadDir(fsys, dir)
 		require.NoError(t, err)

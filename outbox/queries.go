@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/bentoevents/bento/internal/dialect"
+	"github.com/bentoevents/bento/internal/wire"
 )
 
 // Every SQL statement of the package, in one place: one named constant or
@@ -87,21 +88,39 @@ func versionRange(p, aggID, aggType, tenant, lo, loVersion, hi, hiVersion string
 // unsentRelative is true when another event of the aggregate of row, with
 // a version before (before = true) or after the row's, is new, publishing,
 // failed or dead; lock is appended to the inner SELECT (a row lock). It is
-// one probe of the outbox_events_unsent_aggregate index: the first such
-// event in its order.
+// one probe of the outbox_events_unsent_aggregate index: the nearest such
+// event to the row, walking the index away from it.
+//
+// Walking away from the row matters because the index keeps a stale entry
+// for each version of the aggregate that was sent, until VACUUM removes it,
+// and an open snapshot anywhere keeps those entries alive: each costs a
+// visit. Sent versions lie before the aggregate's first unsent one, so a
+// walk up from the first version would pass the whole sent history before
+// reaching a row's predecessor, for every row probed; a walk down from the
+// row meets its nearest predecessor first, and passes that history only
+// when the row is the aggregate's first unsent event (the one probe per
+// aggregate a claim makes, never one per row held back). A walk up from a
+// row, for a later event, meets unsent events first.
 func unsentRelative(row string, before bool, lock string) string {
 	id, typ, tenant, version := row+".aggregate_id", row+".aggregate_type", row+".tenant_id", row+".aggregate_version"
 	between := versionRange("p", id, typ, tenant, ">=", firstVersion, "<", version)
+	order := aggregateDescending("p")
 	if !before {
 		between = versionRange("p", id, typ, tenant, ">", version, "<=", lastVersion)
+		order = aggregateOrder("p")
 	}
 	return `(` + id + ` <> '' AND (
         SELECT p.aggregate_version FROM outbox_events p
         WHERE ` + between + `
           AND p.status IN ('new', 'publishing', 'failed', 'dead')
           AND p.aggregate_id <> ''
-        ORDER BY ` + aggregateOrder("p") + `
+        ORDER BY ` + order + `
         LIMIT 1` + lock + `) IS NOT NULL)`
+}
+
+// aggregateDescending is aggregateOrder walked backwards.
+func aggregateDescending(alias string) string {
+	return strings.ReplaceAll(aggregateOrder(alias), ",", " DESC,") + " DESC"
 }
 
 // blocked is true when an earlier event of row's aggregate is still to be
@@ -199,12 +218,15 @@ func dueFilter(byTenant bool) string {
 //
 // Holding a row back is safe against a concurrent MarkSent of the event
 // that blocks it: the claim holds back a row only while it holds a share
-// lock on one of its unsent predecessors, so that predecessor cannot leave
-// (be marked sent or deleted) until the claim commits; the statement that
-// lets it leave then promotes the aggregate's first held row (promoteSQL)
-// in a later statement of its transaction, which sees the held flag. A
-// predecessor that is locked by someone else is skipped, and the row is
-// neither claimed nor held: the next claim looks at it again.
+// lock on one of its unsent predecessors (the nearest unsent predecessor
+// of the aggregate's first row it holds back: one lock per aggregate), so
+// that predecessor cannot leave (be marked sent or deleted) until the
+// claim commits; the statement that lets it leave then promotes the
+// aggregate's first held row (promoteSQL) in a later statement of its
+// transaction, which sees the held flag. A predecessor that is locked by
+// someone else is skipped for the next one; when none is left, the
+// aggregate's rows are neither claimed nor held: the next claim looks at
+// them again.
 //
 // On a partitioned table the status condition of the UPDATEs lets the
 // planner leave sealed partitions (CHECK (status = 'sent')) out of them,
@@ -247,13 +269,25 @@ func pgClaimSQL(byTenant bool) string {
   WHERE j.blocked
     AND (j.first_free IS NULL OR j.first_free >= j.aggregate_version)
     AND NOT ` + leasedBefore + `
+), guards AS MATERIALIZED (
+  -- The aggregates whose waiting rows are held back: those whose first
+  -- waiting row has an unsent predecessor the claim can share-lock. The
+  -- lock falls on that predecessor, which no part of this statement
+  -- changes (it is neither held nor claimed here), and every waiting row
+  -- of the aggregate comes after it: one probe per aggregate.
+  SELECT f.tenant_id, f.aggregate_type, f.aggregate_id FROM (
+    SELECT DISTINCT ON (w.tenant_id, w.aggregate_type, w.aggregate_id) w.*
+    FROM waits w
+    ORDER BY w.tenant_id, w.aggregate_type, w.aggregate_id, w.aggregate_version) f
+  WHERE ` + blocked("f", "\n        FOR SHARE SKIP LOCKED") + `
 ), held AS (
   UPDATE outbox_events SET held = true
   FROM waits j
+  JOIN guards g ON g.tenant_id = j.tenant_id AND g.aggregate_type = j.aggregate_type
+               AND g.aggregate_id = j.aggregate_id
   WHERE outbox_events.id = j.id
     AND outbox_events.created_at = j.created_at
     AND outbox_events.status IN ('new', 'publishing', 'failed')
-    AND ` + blocked("j", "\n        FOR SHARE SKIP LOCKED") + `
   RETURNING true, ` + heldColumns + `, false
 ), claimed AS (
   UPDATE outbox_events SET ` + claimSet + `
@@ -639,9 +673,171 @@ func partitionPendingSQL(p string) string {
 		    OR EXISTS (SELECT 1 FROM ` + p + ` WHERE status = 'dead')`
 }
 
+// statementTimeoutSQL sets the statement timeout, in milliseconds (as
+// text), for the rest of the current transaction.
+const statementTimeoutSQL = `SELECT set_config('statement_timeout', ?, true)`
+
 // dbNowSQL is the database's current time on PostgreSQL (dbClock).
 const dbNowSQL = `now()`
 
 // dbNowPlusSQL is the database's current time plus ? seconds on PostgreSQL
 // (dbClock).
 const dbNowPlusSQL = `now() + make_interval(secs => ?)`
+
+// The scheduled messages' statements (schedule.go). Every lookup of due
+// rows reads the outbox_scheduled_due index, whose predicate is
+// waitingScheduled word for word and whose order is (due_at, id): the
+// statements ask for rows in that order with a LIMIT, so the index is the
+// one plan that does not read every waiting row.
+
+// waitingScheduled selects the scheduled rows not yet released.
+const waitingScheduled = `s.released_at IS NULL`
+
+const scheduledTenant = `
+    AND s.tenant_id = @tenant`
+
+func scheduledFilter(byTenant bool) string {
+	if byTenant {
+		return waitingScheduled + scheduledTenant
+	}
+	return waitingScheduled
+}
+
+// scheduleSQL writes one scheduled message and returns its due time as the
+// database computed it.
+const scheduleSQL = `INSERT INTO outbox_scheduled (id, tenant_id, topic, schedule_key, schema_version,
+  payload, metadata, occurred_at, created_at, due_at, size_bytes)
+VALUES (@id, @tenant, @topic, @key, @schema_version, @payload, @metadata, @occurred_at, @created_at, @due, @size)
+RETURNING due_at`
+
+// dueRows selects up to @limit waiting rows due at @due_now, first due first
+// (outbox_scheduled_due). On PostgreSQL they are locked with SKIP LOCKED:
+// a row another projector is releasing, or that a Cancel in an open
+// transaction is deleting, is left to that transaction.
+func dueRows(d dialect.Dialect, byTenant bool) string {
+	lock := ""
+	if d == dialect.Postgres {
+		lock = `
+  FOR UPDATE SKIP LOCKED`
+	}
+	return `SELECT s.id FROM outbox_scheduled s
+  WHERE ` + scheduledFilter(byTenant) + `
+    AND s.due_at <= @due_now
+  ORDER BY s.due_at, s.id
+  LIMIT @limit` + lock
+}
+
+// releasedColumns are the outbox columns a released row fills: the
+// scheduled row's own, no aggregate (a scheduled message neither waits for
+// nor holds back any aggregate's events), new, and due at its due time, so
+// that claims take it in due order among the events.
+const releasedColumns = `INSERT INTO outbox_events (id, tenant_id, topic, aggregate_type, aggregate_id,
+  aggregate_version, schema_version, payload, metadata, occurred_at, created_at, status,
+  attempts, available_at, size_bytes)
+SELECT s.id, s.tenant_id, s.topic, '', '', 0, s.schema_version, s.payload, `
+
+const releasedValues = `,
+  s.occurred_at, @now, 'new', 0, s.due_at, s.size_bytes`
+
+// pgReleaseDueSQL releases the due rows in one statement: it marks them
+// released and copies them into outbox_events, with their due time added
+// to the metadata (wire.DueAt), and returns how late each one is, in
+// seconds by the database's clock.
+func pgReleaseDueSQL(byTenant bool) string {
+	return `WITH released AS (
+  UPDATE outbox_scheduled SET released_at = @now
+  WHERE id IN (` + dueRows(dialect.Postgres, byTenant) + `)
+  RETURNING *
+)
+` + releasedColumns + `s.metadata || jsonb_build_object('` + wire.DueAt + `',
+    to_char(s.due_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))` + releasedValues + `
+FROM released s
+RETURNING EXTRACT(EPOCH FROM (CAST(@due_now AS timestamptz) - available_at))`
+}
+
+// sqliteReleaseMarkSQL marks the due rows released and returns their ids
+// and due times; sqliteReleaseCopySQL then copies them (@ids) into
+// outbox_events, in the same transaction.
+func sqliteReleaseMarkSQL(byTenant bool) string {
+	return `UPDATE outbox_scheduled SET released_at = @now
+WHERE id IN (` + dueRows(dialect.SQLite, byTenant) + `)
+RETURNING id, due_at`
+}
+
+const sqliteReleaseCopySQL = releasedColumns + `json_set(s.metadata, '$.` + wire.DueAt + `',
+    strftime('%Y-%m-%dT%H:%M:%fZ', s.due_at))` + releasedValues + `
+FROM outbox_scheduled s
+WHERE s.id IN @ids`
+
+// nextDueSQL finds the first waiting row: on PostgreSQL its due time as
+// seconds from @due_now (negative when it is already due), read by the
+// server's clock; on SQLite its due_at as the driver wrote it, for the
+// store to compare with its own clock. No row when none waits.
+func nextDueSQL(d dialect.Dialect, byTenant bool) string {
+	col := `s.due_at`
+	if d == dialect.Postgres {
+		col = `EXTRACT(EPOCH FROM (s.due_at - CAST(@due_now AS timestamptz)))`
+	}
+	return `SELECT ` + col + ` FROM outbox_scheduled s
+WHERE ` + scheduledFilter(byTenant) + `
+ORDER BY s.due_at, s.id
+LIMIT 1`
+}
+
+// cancelSQL deletes the waiting rows of @tenant named @key
+// (outbox_scheduled_key). On PostgreSQL a row being released waits for
+// that release to commit and is then no longer waiting.
+const cancelSQL = `DELETE FROM outbox_scheduled
+WHERE tenant_id = @tenant AND schedule_key = @key AND released_at IS NULL`
+
+// countKeySQL counts the rows of @tenant named @key that are left after
+// cancelSQL: those already released.
+const countKeySQL = `SELECT count(*) FROM outbox_scheduled
+WHERE tenant_id = @tenant AND schedule_key = @key`
+
+// scheduledBacklogSQL counts the waiting rows and finds the first due time
+// (outbox_scheduled_due).
+func scheduledBacklogSQL(byTenant bool) string {
+	return `SELECT count(*) AS n, min(s.due_at) AS first_due FROM outbox_scheduled s
+WHERE ` + scheduledFilter(byTenant)
+}
+
+// purgeReleasedSQL deletes one batch of @limit released rows released
+// before @before (outbox_scheduled_released).
+func purgeReleasedSQL(byTenant bool) string {
+	return `DELETE FROM outbox_scheduled WHERE id IN (
+  SELECT id FROM outbox_scheduled
+  WHERE ` + releasedBefore(byTenant) + `
+  ORDER BY released_at LIMIT @limit)`
+}
+
+// releasedBefore selects the scheduled rows released before @before, of
+// @tenant when byTenant.
+func releasedBefore(byTenant bool) string {
+	w := "released_at < @before"
+	if byTenant {
+		w += " AND tenant_id = @tenant"
+	}
+	return w
+}
+
+// countReleasedSQL counts the rows purgeReleasedSQL would delete.
+func countReleasedSQL(byTenant bool) string {
+	return "SELECT count(*) FROM outbox_scheduled WHERE " + releasedBefore(byTenant)
+}
+
+// listScheduledSQL lists up to @limit waiting rows, first due first, of
+// @tenant and named @key when those filters are set: along
+// outbox_scheduled_due, or outbox_scheduled_key for a key.
+func listScheduledSQL(byTenant, byKey bool) string {
+	w := scheduledFilter(byTenant)
+	if byKey {
+		w += `
+    AND s.schedule_key = @key`
+	}
+	return `SELECT s.id, s.tenant_id, s.topic, s.schedule_key, s.payload, s.due_at, s.created_at
+FROM outbox_scheduled s
+WHERE ` + w + `
+ORDER BY s.due_at, s.id
+LIMIT @limit`
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -84,6 +85,7 @@ func (s *Store) Claim(ctx context.Context, opts ClaimOpts) ([]*Message, error) {
 		"first_free": true,
 		"after_at":   nil,
 		"after_id":   "",
+		"lease":      opts.Lease,
 	}
 	// Rows held back, and rows waiting behind the claim's own rows, do not
 	// count against the limit: while the last round held some back or left
@@ -153,34 +155,75 @@ type edge struct {
 // claimOnce runs the claim statement(s) once and returns the rows claimed,
 // how many rows it held back, and the round's edge.
 func (s *Store) claimOnce(ctx context.Context, args map[string]any, byTenant bool) ([]*Message, int64, edge, error) {
-	var held int64
 	var e edge
-	// SQLite holds back in statements of their own, each looking at the
-	// first @limit due rows, until the front is free of rows to hold.
-	for s.dialect == dialect.SQLite {
+	if s.dialect == dialect.SQLite {
+		out, held, err := s.claimSQLite(ctx, args, byTenant)
+		return out, held, e, err
+	}
+	// On PostgreSQL the claim runs under a statement timeout of its own
+	// (claimTimeout): a claim whose client died or was cut off keeps
+	// running on the server, holding its row locks on the heads of the
+	// aggregates it looked at and the oldest snapshot, until it ends.
+	var (
+		out  []*Message
+		held int64
+	)
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		ms := strconv.FormatInt(claimTimeout(args["lease"].(time.Duration)).Milliseconds(), 10)
+		if err := tx.Exec(statementTimeoutSQL, ms).Error; err != nil {
+			return err
+		}
+		var err error
+		out, held, err = readClaim(tx, args, claimSQL(s.dialect, byTenant), &e)
+		return err
+	})
+	return out, held, e, err
+}
+
+// claimSQLite holds back, in statements of their own each looking at the
+// first @limit due rows, until the front is free of rows to hold, then
+// claims; it returns the rows claimed and how many it held back.
+func (s *Store) claimSQLite(ctx context.Context, args map[string]any, byTenant bool) ([]*Message, int64, error) {
+	var held int64
+	for {
 		res := s.db.WithContext(ctx).Exec(holdSQL(byTenant), args)
 		if res.Error != nil {
-			return nil, 0, e, res.Error
+			return nil, 0, res.Error
 		}
 		if res.RowsAffected == 0 {
 			break
 		}
 		held += res.RowsAffected
 	}
-	rows, err := s.db.WithContext(ctx).Raw(claimSQL(s.dialect, byTenant), args).Rows()
+	out, claimedHeld, err := readClaim(s.db.WithContext(ctx), args, claimSQL(s.dialect, byTenant), nil)
+	return out, held + claimedHeld, err
+}
+
+// claimTimeout bounds a claim statement on PostgreSQL: half the lease it
+// takes (a claim that ran longer would hand out rows whose lease is mostly
+// gone), and no more than maxClaimTime.
+func claimTimeout(lease time.Duration) time.Duration {
+	return max(min(lease/2, maxClaimTime), time.Second)
+}
+
+// maxClaimTime is the longest a claim statement may run on PostgreSQL.
+const maxClaimTime = 10 * time.Second
+
+// readClaim runs the claim statement query in db and reads its rows: the
+// rows claimed and how many it held back; edgeTo, when not nil
+// (PostgreSQL), receives the round's edge.
+func readClaim(db *gorm.DB, args map[string]any, query string, edgeTo *edge) ([]*Message, int64, error) {
+	rows, err := db.Raw(query, args).Rows()
 	if err != nil {
-		return nil, 0, e, err
+		return nil, 0, err
 	}
 	defer rows.Close()
-	var edgeTo *edge
-	if s.dialect == dialect.Postgres {
-		edgeTo = &e
-	}
+	var held int64
 	var out []*Message
 	for rows.Next() {
 		m, wasHeld, err := scanClaimed(rows, edgeTo)
 		if err != nil {
-			return nil, 0, e, err
+			return nil, 0, err
 		}
 		if wasHeld {
 			held++
@@ -188,7 +231,7 @@ func (s *Store) claimOnce(ctx context.Context, args map[string]any, byTenant boo
 		}
 		out = append(out, m)
 	}
-	return out, held, e, rows.Err()
+	return out, held, rows.Err()
 }
 
 // scanClaimed reads one row of a claim: the held-back flag, then

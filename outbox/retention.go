@@ -20,7 +20,9 @@ type PurgeOpts struct {
 }
 
 // PurgeSent deletes sent rows published more than olderThan ago (by the
-// Store's clock), batch by batch, and returns how many it deleted. It stops
+// Store's clock), batch by batch, and the scheduled messages released
+// (moved into the outbox) more than olderThan ago, and returns how many it
+// deleted in all. It stops
 // early, returning what it deleted so far, when ctx is done.
 //
 // Errors: [ErrInvalidArgument] for a negative olderThan, the context's
@@ -30,8 +32,13 @@ func (s *Store) PurgeSent(ctx context.Context, olderThan time.Duration, opts *Pu
 	if err != nil {
 		return 0, err
 	}
-	return purge.Batches(ctx, s.db, purgeSentSQL(o.Tenant != ""), args, o.BatchSize,
-		func(err error) error { return wrapDB("outbox: purge sent", err) })
+	wrap := func(err error) error { return wrapDB("outbox: purge sent", err) }
+	n, err := purge.Batches(ctx, s.db, purgeSentSQL(o.Tenant != ""), args, o.BatchSize, wrap)
+	if err != nil {
+		return n, err
+	}
+	released, err := purge.Batches(ctx, s.db, purgeReleasedSQL(o.Tenant != ""), args, o.BatchSize, wrap)
+	return n + released, err
 }
 
 // CountSent counts the sent rows published more than olderThan ago: what
@@ -44,11 +51,14 @@ func (s *Store) CountSent(ctx context.Context, olderThan time.Duration, opts *Pu
 	if err != nil {
 		return 0, err
 	}
-	var n int64
+	var n, released int64
 	if err := s.db.WithContext(ctx).Raw(countSentSQL(o.Tenant != ""), args).Scan(&n).Error; err != nil {
 		return 0, wrapDB("outbox: count sent", err)
 	}
-	return n, nil
+	if err := s.db.WithContext(ctx).Raw(countReleasedSQL(o.Tenant != ""), args).Scan(&released).Error; err != nil {
+		return 0, wrapDB("outbox: count sent", err)
+	}
+	return n + released, nil
 }
 
 // sentArgs checks olderThan and returns opts (none for nil) and the bind

@@ -75,6 +75,7 @@ type Store struct {
 	partitioned partitioned
 	tracing     tracing.Tracing
 	clock       dbClock
+	dueClock    dbClock // scheduled messages' due times (newScheduleClock)
 }
 
 // NewStore returns a store over db (PostgreSQL or SQLite) with the outbox
@@ -96,7 +97,8 @@ func NewStore(db *gorm.DB, cfg *Config) (*Store, error) {
 	if err := migrate.Require(db, component, ErrNotMigrated, Message{}.TableName()); err != nil {
 		return nil, err
 	}
-	return &Store{db: db, dialect: d, cfg: c, tracing: tracing.New(nil, c.Propagator), clock: newDBClock(d, c.Test)}, nil
+	return &Store{db: db, dialect: d, cfg: c, tracing: tracing.New(nil, c.Propagator), clock: newDBClock(d, c.Test),
+		dueClock: newScheduleClock(d, c.Test)}, nil
 }
 
 // DB returns the database the store was created with.

@@ -18,6 +18,8 @@ type metrics struct {
 	dead      *prometheus.CounterVec
 	latency   prometheus.Histogram
 	running   prometheus.Gauge
+	// releaseLag observes how late each scheduled message was released.
+	releaseLag prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer, store *outbox.Store, tenantID string) (*metrics, error) {
@@ -42,6 +44,11 @@ func newMetrics(reg prometheus.Registerer, store *outbox.Store, tenantID string)
 		running: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "bento_projector_running", Help: "Projectors running (inside Run) in this process.",
 		}),
+		releaseLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "bento_outbox_scheduled_release_lag_seconds",
+			Help:    "Time from a scheduled message's due time to its release into the outbox, by the database's clock.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+		}),
 	}
 	var err error
 	if m.published, err = promreg.Register(reg, m.published); err != nil {
@@ -57,6 +64,9 @@ func newMetrics(reg prometheus.Registerer, store *outbox.Store, tenantID string)
 		return nil, err
 	}
 	if m.running, err = promreg.Register(reg, m.running); err != nil {
+		return nil, err
+	}
+	if m.releaseLag, err = promreg.Register(reg, m.releaseLag); err != nil {
 		return nil, err
 	}
 	if _, err = promreg.Register[prometheus.Collector](reg, &backlogCollector{store: store, tenant: tenantID}); err != nil {
@@ -82,6 +92,15 @@ func (m *metrics) sent(topic string, occurredAt time.Time, now time.Time) {
 	m.latency.Observe(now.Sub(occurredAt).Seconds())
 }
 
+func (m *metrics) released(late []time.Duration) {
+	if m == nil {
+		return
+	}
+	for _, d := range late {
+		m.releaseLag.Observe(max(d, 0).Seconds())
+	}
+}
+
 func (m *metrics) failure(topic string, dead bool) {
 	if m == nil {
 		return
@@ -97,6 +116,10 @@ var (
 		"Outbox rows not yet sent by status: new, publishing, failed, dead (read at scrape time).", []string{"status"}, nil)
 	oldestDesc = prometheus.NewDesc("bento_outbox_oldest_pending_age_seconds",
 		"Age of the oldest row not yet relayed (new, publishing or failed).", nil, nil)
+	scheduledDesc = prometheus.NewDesc("bento_outbox_scheduled_waiting",
+		"Scheduled messages not yet released into the outbox (read at scrape time).", nil, nil)
+	overdueDesc = prometheus.NewDesc("bento_outbox_scheduled_overdue_seconds",
+		"How long past its due time the first scheduled message still waiting is; 0 when none is late.", nil, nil)
 )
 
 // backlogCollector reads the outbox's status counts when scraped.
@@ -108,6 +131,8 @@ type backlogCollector struct {
 func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- backlogDesc
 	ch <- oldestDesc
+	ch <- scheduledDesc
+	ch <- overdueDesc
 }
 
 func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
@@ -122,4 +147,11 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(backlogDesc, prometheus.GaugeValue, float64(st.Counts[s]), string(s))
 	}
 	ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, st.OldestPendingAge.Seconds())
+	sb, err := c.store.ScheduledBacklog(ctx, c.tenant)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(scheduledDesc, err)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(scheduledDesc, prometheus.GaugeValue, float64(sb.Waiting))
+	ch <- prometheus.MustNewConstMetric(overdueDesc, prometheus.GaugeValue, sb.Overdue.Seconds())
 }

@@ -121,12 +121,15 @@ func (r *Result) add(o Result) {
 	r.Released += o.Released
 }
 
-// Drain relays everything that is due and returns once a claim comes back
-// empty: rows waiting for a retry later are left for later. It is meant for
+// Drain relays everything that is due, scheduled messages that fell due
+// included, and returns once a claim comes back empty: rows waiting for a retry later are left for later. It is meant for
 // tests, scripts and benchmarks; Run is the long-running form.
 func (p *OutboxProjector) Drain(ctx context.Context) (Result, error) {
 	var total Result
 	for {
+		if _, err := p.store.ReleaseDue(ctx, outbox.ReleaseOpts{Tenant: p.cfg.Tenant, Limit: p.cfg.BatchSize}); err != nil {
+			return total, err
+		}
 		r, _, err := p.batch(ctx)
 		total.add(r)
 		if err != nil {
@@ -182,7 +185,9 @@ func (p *OutboxProjector) Run(ctx context.Context) error {
 	p.log.Info("projector started", "batch", p.cfg.BatchSize, "concurrency", p.cfg.Concurrency,
 		"tenant", p.cfg.Tenant, "notify", p.notify)
 	errDelay := p.cfg.BusySleep
+	rel := &releaser{p: p}
 	for ctx.Err() == nil {
+		due := rel.run(ctx)
 		r, more, err := p.batch(ctx)
 		var sleep time.Duration
 		switch {
@@ -204,16 +209,17 @@ func (p *OutboxProjector) Run(ctx context.Context) error {
 			// claim makes the projector idle.
 			errDelay = p.cfg.BusySleep
 			rs.busy(ctx)
-			p.sleep(ctx, p.cfg.BusySleep, p.wake)
+			p.sleep(ctx, min(p.cfg.BusySleep, due), p.wake)
 			continue
 		default:
 			sleep = p.cfg.IdleSleep
 		}
 		claim, within := rs.idle(ctx)
 		if claim {
-			continue // settled: claim once more what busy-time writers did not announce
+			rel.next = time.Time{} // and release what they scheduled
+			continue               // settled: claim once more what busy-time writers did not announce
 		}
-		p.sleep(ctx, min(sleep, within), p.wake)
+		p.sleep(ctx, min(sleep, within, due), p.wake)
 	}
 	p.log.Info("projector stopped")
 	return nil

@@ -3,7 +3,8 @@
 # for the console's browser tests, and promtool for the alerting rules'
 # check, if they are missing), check formatting and vet,
 # run every test with the race detector, run the suite again without it (the
-# stress tests skip under -race), run each benchmark once so they keep
+# stress tests skip under -race), run the fault campaigns of package chaos
+# (fixed seeds plus a fresh one, printed), run each benchmark once so they keep
 # working, vet and test the nested modules examples/redisbus and bench, and
 # check that the tests left no queues behind on the local RabbitMQ. Set CI=1
 # to make tests fail (not skip) when a service is down.
@@ -22,10 +23,15 @@ if [[ -n "$unformatted" ]]; then
 fi
 echo "== go vet"
 go vet ./...
+go vet -tags bento_putback ./consumer # the switches that put fixed bugs back (docs/chaos.md)
 echo "== go test -race"
 go test -race -count=1 -timeout 20m ./...
+# The fault campaigns (package chaos) run in a step of their own below.
+readonly campaigns='^(TestCampaign|TestCrashPoisonOnTheDatabaseBus|TestAccountsUnderFaults)$'
 echo "== go test (stress and chaos tests, which skip under -race)"
-go test -count=1 -timeout 20m ./...
+go test -count=1 -timeout 20m -skip "$campaigns" ./...
+echo "== fault campaigns: fixed seeds and one fresh seed, each run's report and timeline below"
+go test -count=1 -timeout 40m -v -run "$campaigns" ./chaos
 echo "== benchmarks, one iteration each"
 go test -run '^$' -bench . -benchtime 1x -timeout 10m ./...
 echo "== examples/redisbus (its own module): go vet, go test -race"

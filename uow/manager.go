@@ -61,6 +61,16 @@ type Config struct {
 	// database has no NOTIFY, as on SQLite. It must not block. Defaults to
 	// none.
 	AfterCommit func(events int)
+	// BeforeCommit, when set, is called inside the unit's transaction (or
+	// savepoint) once its aggregates are saved and its events inserted into
+	// the outbox, with those events (ids, topics, aggregates, versions and
+	// payloads as written), before the commit. Its writes through tx
+	// commit or roll back with them; an error it returns rolls the unit
+	// back, and Commit returns it wrapped. Use it for what must be
+	// recorded exactly when the events are: an audit trail, or the ledger
+	// of package chaos, whose checker counts what was committed. It is not
+	// called for a unit without events. Defaults to none.
+	BeforeCommit func(ctx context.Context, tx *gorm.DB, events []*outbox.Message) error
 	// Registerer, when set, receives bento_outbox_enqueued_total{topic}: the
 	// events committed by this manager's units (joined units count when
 	// their savepoint is released). Defaults to none.

@@ -227,6 +227,11 @@ func (u *UnitOfWork) flush(ctx context.Context) ([]bump, error) {
 		if err := store.Insert(ctx, u.tx, msgs); err != nil {
 			return bumped, fmt.Errorf("uow: commit: %w", err)
 		}
+		if hook := u.m.cfg.BeforeCommit; hook != nil {
+			if err := hook(ctx, u.tx.WithContext(ctx), msgs); err != nil {
+				return bumped, fmt.Errorf("uow: commit: before-commit hook: %w", err)
+			}
+		}
 	}
 	return bumped, nil
 }
@@ -319,4 +324,32 @@ func (u *UnitOfWork) save(ctx context.Context, r aggregate.Root, expected int64)
 		return fmt.Errorf("%w: %s %s is no longer at version %d", ErrConcurrencyConflict, r.AggregateType(), b.ID, expected)
 	}
 	return nil
+}
+
+// Schedule writes, in the unit's transaction, a message to be relayed when
+// due (see outbox.Store.Schedule): it commits with the unit and is
+// dropped with it. The message is in the unit's tenant unless opts says
+// otherwise, and carries the metadata ctx does (outbox.WithMetadata).
+//
+// Errors: ErrDone, and those of outbox.Store.Schedule.
+func (u *UnitOfWork) Schedule(ctx context.Context, topic string, payload any, due outbox.Due, opts *outbox.ScheduleOpts) (*outbox.ScheduledMessage, error) {
+	if u.done {
+		return nil, ErrDone
+	}
+	return u.m.store.Schedule(tenant.With(ctx, u.tenant), u.tx, topic, payload, due, opts)
+}
+
+// Cancel deletes, in the unit's transaction, the messages of the unit's
+// tenant scheduled under key and still waiting (see outbox.Store.Cancel):
+// once the unit commits none of them is delivered; if it rolls back, the
+// cancel never happened.
+//
+// Errors: ErrDone; outbox.ErrCancelTooLate when every message of the key
+// was already released for delivery; outbox.ErrNotScheduled when none has
+// the key; and the others of outbox.Store.Cancel.
+func (u *UnitOfWork) Cancel(ctx context.Context, key string) (int64, error) {
+	if u.done {
+		return 0, ErrDone
+	}
+	return u.m.store.Cancel(ctx, u.tx, key, &outbox.CancelOpts{Tenant: u.tenant})
 }

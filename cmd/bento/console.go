@@ -14,7 +14,7 @@ import (
 
 // console serves the web console until ctx is done (SIGINT or SIGTERM).
 func (c *cli) console(ctx context.Context, args []string) error {
-	fs := c.newFlags("console", "[--addr 127.0.0.1:8081] [--host NAME]... [--exclude-loopback] [--read-only] [--show-payloads] [--tenant T] [--refresh 10s] [--group G]... [--bus B] [--exchange E]")
+	fs := c.newFlags("console", "[--addr 127.0.0.1:8081] [--host NAME]... [--exclude-loopback] [--read-only] [--show-payloads] [--tenant T] [--refresh 10s] [--group G]... [--unroutable] [--bus B] [--exchange E] [--process-table T]...")
 	addr := fs.String("addr", "127.0.0.1:8081", "listen address; the console has no login, so keep it internal")
 	readOnly := fs.Bool("read-only", false, "no requeue or discard buttons; every POST is refused")
 	payloads := fs.Bool("show-payloads", false, "show dead letters' payloads and metadata")
@@ -25,8 +25,11 @@ func (c *cli) console(ctx context.Context, args []string) error {
 	noLoopback := fs.Bool("exclude-loopback", false, "refuse the loopback names as Host: behind a reverse proxy on this machine, which must pass the browser's Host on")
 	var groups stringsFlag
 	fs.Var(&groups, "group", "a consumer `GROUP` to show: its dead letters (on the bus --bus chooses), parked events and members (repeatable)")
+	unroutable := fs.Bool("unroutable", false, "show the unroutable events (on the bus --bus chooses), with a replay per event type")
+	var processTables stringsFlag
+	fs.Var(&processTables, "process-table", "a process manager's state `TABLE` whose running processes the Processes page lists, with an Abandon each (repeatable)")
 	bus := addBusFlag(fs)
-	exchange := fs.String("exchange", rabbitmq.DefaultExchange, "the groups' event exchange (or BENTO_EXCHANGE), with --group on RabbitMQ")
+	exchange := fs.String("exchange", rabbitmq.DefaultExchange, "the groups' event exchange (or BENTO_EXCHANGE), with --group or --unroutable on RabbitMQ")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -42,7 +45,7 @@ func (c *cli) console(ctx context.Context, args []string) error {
 	}
 	defer done()
 	cfg := &console.Config{ReadOnly: *readOnly, ShowPayloads: *payloads, Tenant: *tenant, Refresh: *refresh,
-		AllowedHosts: hosts, ExcludeLoopback: *noLoopback}
+		AllowedHosts: hosts, ExcludeLoopback: *noLoopback, ProcessTables: processTables}
 	if host, _, err := net.SplitHostPort(*addr); err == nil && host != "" && !net.ParseIP(host).IsUnspecified() &&
 		!(*noLoopback && isLoopback(host)) {
 		cfg.AllowedHosts = append(cfg.AllowedHosts, host)
@@ -59,6 +62,22 @@ func (c *cli) console(ctx context.Context, args []string) error {
 			}
 		} else if cfg.Consumers.DeadLetters, err = databaseDeadLetters(st.DB()); err != nil {
 			return err
+		}
+	}
+	if *unroutable {
+		which, err := c.resolveBus(*bus)
+		if err != nil {
+			return err
+		}
+		if which == busRabbitMQ {
+			if cfg.Unroutable, err = c.amqpConfig(fs, *exchange); err != nil {
+				return err
+			}
+		} else {
+			if _, err := databaseDeadLetters(st.DB()); err != nil {
+				return err
+			}
+			cfg.UnroutableDB = st.DB()
 		}
 	}
 	if secret := c.getenv("BENTO_CONSOLE_SECRET"); secret != "" {

@@ -370,6 +370,22 @@ func seededRuns(t *testing.T, db *gorm.DB, dsn string, sample sampleFunc) {
 	sample("consumer dead replay", "y\n", "consumer", "dead", "replay", dead[1], "--group", "billing")
 	sample("consumer dead discard --dry-run", "", "consumer", "dead", "discard", "--cause", "permanent", "--group", "billing", "--dry-run")
 
+	// Two shipment events and an invoice, published two hours ago while
+	// no group was bound to them: the bus keeps them. Once group shipping
+	// is bound to shipment.*, a replay delivers the shipments to it; the
+	// invoice stays kept.
+	for i, topic := range []string{"shipment.created", "shipment.created", "invoice.sent"} {
+		m := message.NewMessage(aggregate.NewID(), []byte(`{}`))
+		m.Metadata.Set(messaging.MetaEventType, topic)
+		m.Metadata.Set(messaging.MetaAggregateType, "order")
+		m.Metadata.Set(messaging.MetaAggregateID, fmt.Sprint(1001+i))
+		require.NoError(t, bus.Publish(topic, m))
+	}
+	require.NoError(t, db.Exec(`UPDATE dbbus_messages SET created_at = now() - interval '2 hours' WHERE topic IN ('shipment.created', 'invoice.sent')`).Error)
+	sample("unroutable list --bus database", "", "unroutable", "list", "--bus", "database")
+	require.NoError(t, dbbus.DeclareGroup(ctx, db, "shipping", "shipment.*"))
+	sample("unroutable replay --bus database", "", "unroutable", "replay", "--bus", "database", "--yes")
+
 	// Two stock events no group is bound to: the bus keeps them as
 	// unroutable.
 	for range 2 {
@@ -377,6 +393,26 @@ func seededRuns(t *testing.T, db *gorm.DB, dsn string, sample sampleFunc) {
 	}
 	sample("unroutable purge --dry-run", "", "unroutable", "purge", "--all", "--dry-run")
 	sample("unroutable purge", "", "unroutable", "purge", "--all", "--yes")
+
+	// Messages scheduled for the coming hours: two reminders of acme's
+	// under one key, and a default tenant's message without a key.
+	for i, s := range []struct{ tenant, topic, key string }{
+		{"acme", "invoice.remind", "invoice-7"}, {"acme", "invoice.remind", "invoice-7"}, {"default", "cart.abandoned", ""},
+	} {
+		scheduleOne(t, db, st, s.tenant, s.topic, s.key, now.Add(time.Duration(i+1)*time.Hour))
+	}
+	sample("scheduled list", "", "scheduled", "list")
+	sample("scheduled cancel --dry-run", "", "scheduled", "cancel", "--key", "invoice-7", "--tenant", "acme", "--dry-run")
+	sample("scheduled cancel", "y\n", "scheduled", "cancel", "--key", "invoice-7", "--tenant", "acme")
+
+	// A process manager's checkouts: acme's waits for its payment with two
+	// live timeouts, the default tenant's has none.
+	require.NoError(t, db.AutoMigrate(&checkoutState{}))
+	seedCheckout(t, db, st, "acme", "order-1001", now.Add(-2*time.Hour), false, "payment", "reminder")
+	seedCheckout(t, db, st, "default", "order-1002", now.Add(-time.Hour), false)
+	sample("process list", "", "process", "list", "--table", "checkouts")
+	sample("process abandon --dry-run", "", "process", "abandon", "--table", "checkouts", "--key", "order-1001", "--tenant", "acme", "--dry-run")
+	sample("process abandon", "y\n", "process", "abandon", "--table", "checkouts", "--key", "order-1001", "--tenant", "acme")
 }
 
 // goldenMaintainRuns runs bento maintain on a schema of daily partitions,

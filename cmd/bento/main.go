@@ -1,14 +1,16 @@
 // Command bento operates bento's tables: it applies or prints the
 // migrations, shows the outbox backlog, inspects, requeues and discards dead
-// letters, purges what retention allows, and serves the web console.
+// letters, lists and cancels scheduled messages, lists and abandons
+// process managers' processes, purges what retention allows, and serves
+// the web console.
 //
 // It reads the database from DATABASE_URL: postgres://... (or a libpq
 // keyword/value string) for PostgreSQL, sqlite:PATH for an embedded SQLite
 // file. The consumer and unroutable commands read the RabbitMQ broker from
 // AMQP_URL and use the exchange of --exchange (or BENTO_EXCHANGE; default
-// bento.events). The consumer dead commands, and the console's consumer
-// pages, use the database bus in DATABASE_URL instead when AMQP_URL is not
-// set, or with --bus database.
+// bento.events). The consumer dead and unroutable list|replay commands,
+// and the console's consumer and unroutable pages, use the database bus in
+// DATABASE_URL instead when AMQP_URL is not set, or with --bus database.
 //
 // The commands (bento -h lists them; bento COMMAND -h gives each one's
 // flags; docs/cli.md describes them with sample output):
@@ -16,6 +18,8 @@
 //	bento migrate up|status|sql
 //	bento stats
 //	bento dead list|show|requeue|discard
+//	bento scheduled list|cancel
+//	bento process list|abandon --table T
 //	bento purge --sent-older-than AGE
 //	bento inbox purge --older-than AGE
 //	bento idempotency purge
@@ -109,6 +113,10 @@ var commands = []command{
 	{"dead show", "show one dead event with its payload", (*cli).deadShow},
 	{"dead requeue", "send dead events again", deadAct("requeue")},
 	{"dead discard", "delete dead events for good", deadAct("discard")},
+	{"scheduled list", "list the scheduled messages still waiting, first due first", (*cli).scheduledList},
+	{"scheduled cancel", "cancel the scheduled messages of a key before they are due", (*cli).scheduledCancel},
+	{"process list", "list the processes of a process manager's state table", (*cli).processList},
+	{"process abandon", "complete a stuck process without a step, cancelling its timeouts", (*cli).processAbandon},
 	{"purge", "delete sent outbox rows past retention", (*cli).purge},
 	{"inbox purge", "delete inbox records past the dedup window", (*cli).inboxPurge},
 	{"idempotency purge", "delete expired idempotency keys", (*cli).idempotencyPurge},
@@ -195,7 +203,7 @@ func usage(group []string) string {
 		b.WriteString(`
 DATABASE_URL selects the database: postgres://... or sqlite:PATH.
 The consumer and unroutable commands read the broker from AMQP_URL;
-consumer dead uses the database bus when AMQP_URL is not set (--bus).
+consumer dead and unroutable use the database bus without it (--bus).
 Run 'bento <command> -h' for a command's flags.
 Exit codes: 0 ok (-h too), 1 failed or not confirmed, 2 bad arguments or DATABASE_URL.
 `)

@@ -29,7 +29,9 @@ func (c *cli) amqpConfig(fs *flag.FlagSet, exchange string) (*rabbitmq.Config, e
 }
 
 // unroutable runs "bento unroutable list|replay": the events parked in
-// the exchange's unroutable queue because no queue was bound for them.
+// the exchange's unroutable queue because no queue was bound for them, or
+// on the database bus (--bus) the messages it keeps in its unroutable
+// group because no group was bound to their topic.
 func (c *cli) unroutable(ctx context.Context, args []string) error {
 	if len(args) == 0 {
 		return usagef("want list or replay (see -h)")
@@ -43,8 +45,9 @@ func (c *cli) unroutable(ctx context.Context, args []string) error {
 	default:
 		return usagef("unknown unroutable command %q: want list or replay", verb)
 	}
-	fs := c.newFlags("unroutable "+verb, "[--event-type T]... [--exchange E] [--limit N] [--dry-run] [--yes]")
-	exchange := fs.String("exchange", rabbitmq.DefaultExchange, "the event exchange (or BENTO_EXCHANGE)")
+	fs := c.newFlags("unroutable "+verb, "[--event-type T]... [--bus B] [--exchange E] [--limit N] [--dry-run] [--yes]")
+	bus := addBusFlag(fs)
+	exchange := fs.String("exchange", rabbitmq.DefaultExchange, "the event exchange (or BENTO_EXCHANGE), on RabbitMQ")
 	var types stringsFlag
 	fs.Var(&types, "event-type", "only this event type (repeatable)")
 	limit := fs.Int("limit", 100, "list: at most this many events")
@@ -52,6 +55,13 @@ func (c *cli) unroutable(ctx context.Context, args []string) error {
 	yes := fs.Bool("yes", false, "replay: do not ask for confirmation")
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
+	}
+	which, err := c.resolveBus(*bus)
+	if err != nil {
+		return err
+	}
+	if which == busDatabase {
+		return c.unroutableDatabase(ctx, verb, types, *limit, *dry, *yes)
 	}
 	cfg, err := c.amqpConfig(fs, *exchange)
 	if err != nil {

@@ -48,7 +48,9 @@ func (a *App) handler() (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	ccfg := &console.Config{Title: "minishop outbox", Logger: a.log}
+	// The Processes page lists the running checkouts (the Checkout model's
+	// table) and can abandon one stuck waiting for a payment.
+	ccfg := &console.Config{Title: "minishop outbox", Logger: a.log, ProcessTables: []string{"checkouts"}}
 	if a.bus.amqp != nil { // consumer dead letters and unroutable events live on RabbitMQ
 		ccfg.Consumers = &console.Consumers{AMQP: a.bus.amqp, Groups: []string{inventoryGroup, orderingGroup, notificationGroup}}
 		ccfg.Unroutable = a.bus.amqp
@@ -95,6 +97,9 @@ type orderJSON struct {
 	Version    int64      `json:"version"`
 	// CancelReason says why the shop cancelled the order.
 	CancelReason string `json:"cancel_reason,omitempty"`
+	// PaymentDueAt is when the checkout process cancels the order unless
+	// it is paid: set on GET while the payment window is open.
+	PaymentDueAt *time.Time `json:"payment_due_at,omitempty"`
 }
 
 func viewOrder(o *order.Order) orderJSON {
@@ -194,7 +199,17 @@ func (a *App) getOrder(w http.ResponseWriter, r *http.Request) {
 		a.queryError(w, err, "Order not found")
 		return
 	}
-	writeJSON(w, http.StatusOK, viewOrder(&o))
+	v := viewOrder(&o)
+	due, open, err := a.paymentDeadline(r.Context(), o.ID)
+	if err != nil {
+		a.queryError(w, err, "Order not found")
+		return
+	}
+	if open && o.Status == order.StatusPlaced {
+		due = due.UTC()
+		v.PaymentDueAt = &due
+	}
+	writeJSON(w, http.StatusOK, v)
 }
 
 func (a *App) getInventory(w http.ResponseWriter, r *http.Request) {

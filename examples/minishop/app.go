@@ -28,6 +28,8 @@ type App struct {
 	catalog order.Catalog
 	// consumers are the consumers this process runs, for /readyz.
 	consumers []*consumer.Consumer
+	// checkout is the checkout process's timing.
+	checkout checkoutConfig
 }
 
 // newRegistry returns the registry /metrics serves: bento's collectors
@@ -40,14 +42,15 @@ func newRegistry() *prometheus.Registry {
 
 // newApp builds the App over db, whose units of work units runs, and b.
 func newApp(db *gorm.DB, units *uow.Manager, b *bus, log *slog.Logger, reg *prometheus.Registry) *App {
-	return &App{db: db, units: units, bus: b, log: log, metrics: reg, catalog: order.DefaultCatalog()}
+	return &App{db: db, units: units, bus: b, log: log, metrics: reg, catalog: order.DefaultCatalog(),
+		checkout: checkoutConfig{Window: defaultPaymentWindow, RetryInterval: defaultRetryInterval, Retries: defaultRetries}}
 }
 
 // Migrate creates minishop's own tables (bento's are created by
 // embedded.Open) and seeds the catalog's stock. It is idempotent and safe to
 // run from several processes.
 func (a *App) Migrate(ctx context.Context) error {
-	if err := a.db.WithContext(ctx).AutoMigrate(&order.Order{}, &inventory.Stock{}, &inventory.Reservation{}, &Notification{}); err != nil {
+	if err := a.db.WithContext(ctx).AutoMigrate(&order.Order{}, &inventory.Stock{}, &inventory.Reservation{}, &Notification{}, &Checkout{}); err != nil {
 		return fmt.Errorf("migrate minishop tables: %w", err)
 	}
 	skus := make([]string, 0, len(a.catalog))

@@ -23,7 +23,9 @@ const notificationsGroup = "minishop.notifications"
 var groupBindings = map[string][]string{
 	inventoryGroup:    {"order.placed", "order.cancelled"},
 	orderingGroup:     {"stock.rejected"},
-	notificationGroup: {"order.paid", "order.payment_failed", "order.cancelled"},
+	notificationGroup: {"order.paid", "order.payment_failed", "order.cancelled", "checkout.payment_reminder"},
+	checkoutGroup: {"order.placed", "order.paid", "order.payment_failed", "order.cancelled",
+		"checkout.payment_window_closed", "checkout.payment_retry_due"},
 }
 
 // bus is where the projector publishes and consumer groups subscribe.

@@ -21,7 +21,10 @@ import (
 func TestConsoleIsMountedAtSlashConsole(t *testing.T) {
 	t.Parallel()
 	env, a := newKitApp(t)
-	_, err := a.PlaceOrder(context.Background(), "c1", []order.Item{{SKU: "tea", Qty: 1}})
+	checkout, err := a.checkoutConsumer() // so the order's checkout runs, for the Processes page
+	require.NoError(t, err)
+	env.Start(t, checkout)
+	placed, err := a.PlaceOrder(context.Background(), "c1", []order.Item{{SKU: "tea", Qty: 1}})
 	require.NoError(t, err)
 	env.Drain(t)
 
@@ -82,6 +85,13 @@ func TestConsoleIsMountedAtSlashConsole(t *testing.T) {
 	assert.Contains(t, body, `id="payload-hidden"`)
 	assert.NotContains(t, body, "payload-marker-42", "payloads hidden on the detail page too")
 	assert.Equal(t, outbox.StatusDead, statusOf(t, env.DB, poison.ID))
+
+	// The order's checkout waits for its payment on the Processes page.
+	res, body = get("/console/processes")
+	require.Equal(t, http.StatusOK, res.StatusCode, body)
+	assert.Contains(t, body, `<h2>checkouts</h2>`)
+	assert.Contains(t, body, `data-tenant="default" data-key="`+placed.ID+`"`)
+	assert.Contains(t, body, `data-action="abandon" data-key="`+placed.ID+`"`)
 }
 
 func statusOf(t *testing.T, db *gorm.DB, id string) outbox.Status {

@@ -160,7 +160,7 @@ func (a *App) orderingConsumer() (*consumer.Consumer, error) {
 }
 
 // notificationConsumer records one notification per paid order, per
-// declined payment and per order the shop cancelled.
+// declined payment, per payment reminder and per order the shop cancelled.
 func (a *App) notificationConsumer() (*consumer.Consumer, error) {
 	c, err := a.bus.newConsumer(a.db, a.consumerConfig(notificationGroup))
 	if err != nil {
@@ -183,6 +183,12 @@ func (a *App) notificationConsumer() (*consumer.Consumer, error) {
 	if err := consumer.Handle(c, func(_ context.Context, tx *gorm.DB, e order.OrderPaymentFailed, env *messaging.Envelope) error {
 		return notify(tx, env, e.OrderID, fmt.Sprintf("Your payment of %d cents for order %s was declined (%s); the order waits for another payment.",
 			e.AmountCents, e.OrderID, e.Reason))
+	}); err != nil {
+		return nil, err
+	}
+	if err := consumer.Handle(c, func(_ context.Context, tx *gorm.DB, e PaymentReminder, env *messaging.Envelope) error {
+		return notify(tx, env, e.OrderID, fmt.Sprintf("Your card was declined: please pay order %s with another card (reminder %d of %d).",
+			e.OrderID, e.Reminder, e.Of))
 	}); err != nil {
 		return nil, err
 	}

@@ -130,7 +130,7 @@ func requireReservedOnce(t *testing.T, db *gorm.DB) {
 	// What the killed process held is taken over crashLease after the
 	// kill; the rest is the backlog of at most 2 x roundOrders orders.
 	began := time.Now()
-	settled := testenv.Poll(30*time.Second, func() bool {
+	settled := testenv.Poll(60*time.Second, func() bool {
 		count()
 		return pending == 0 && reservations >= orders
 	})

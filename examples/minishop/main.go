@@ -17,6 +17,12 @@
 // minishop.events). -lease shortens how long what a killed process held
 // waits before it is taken over (bento's defaults: 10 to 30 s).
 //
+// A checkout process (package process) cancels an order not paid within
+// -payment-window (reason payment_timeout); after a declined card it
+// reminds the customer every -payment-retry-interval, -payment-retries
+// times, then cancels (reason payment_declined). GET /orders/{id} shows
+// the deadline as payment_due_at while the window is open.
+//
 // The HTTP API also serves the operator console (package console) at
 // /console/: the outbox backlog, a chart of the relay's activity, and the
 // dead letters with Requeue and Discard buttons (payloads hidden).
@@ -75,6 +81,10 @@ func run(args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", "127.0.0.1:8080", "HTTP listen address")
 	dbPath := fs.String("db", "minishop.db", "SQLite file used when DATABASE_URL is not set")
+	var checkout checkoutConfig
+	fs.DurationVar(&checkout.Window, "payment-window", defaultPaymentWindow, "how long a placed order waits for its payment before the checkout process cancels it (reason payment_timeout)")
+	fs.DurationVar(&checkout.RetryInterval, "payment-retry-interval", defaultRetryInterval, "after a declined card, how often the customer is reminded to pay")
+	fs.IntVar(&checkout.Retries, "payment-retries", defaultRetries, "how many reminders follow a declined card before the order is cancelled (reason payment_declined)")
 	lease := fs.Duration("lease", 0, "how long what a killed process held (relay claims, bus deliveries, consumer partitions) waits before another process, or the restarted one, takes it over (0: bento's defaults)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: minishop [flags] [all|serve|relay|worker|migrate]")
@@ -109,7 +119,11 @@ func run(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "minishop: -lease %v is negative\n", *lease)
 		return exitUsage
 	}
-	if err := serve(ctx, log, mode, *addr, dbURL, amqpURL, *dbPath, *lease); err != nil {
+	if checkout.Window <= 0 || checkout.RetryInterval <= 0 || checkout.Retries < 0 {
+		fmt.Fprintf(stderr, "minishop: -payment-window and -payment-retry-interval must be positive, -payment-retries not negative\n")
+		return exitUsage
+	}
+	if err := serve(ctx, log, mode, *addr, dbURL, amqpURL, *dbPath, *lease, checkout); err != nil {
 		log.Error("minishop: stopped with an error", "err", err)
 		return exitError
 	}
@@ -137,7 +151,7 @@ func describe(dbURL, amqpURL, path string) string {
 // for how long what a killed process held stays reserved: the relay's
 // claims, the database bus's deliveries (its visibility timeout) and the
 // consumers' partitions (their takeover time).
-func serve(ctx context.Context, log *slog.Logger, mode, addr, dbURL, amqpURL, path string, lease time.Duration) error {
+func serve(ctx context.Context, log *slog.Logger, mode, addr, dbURL, amqpURL, path string, lease time.Duration, checkout checkoutConfig) error {
 	reg := newRegistry()
 	cfg := &embedded.Config{
 		Path:      path,
@@ -186,6 +200,7 @@ func serve(ctx context.Context, log *slog.Logger, mode, addr, dbURL, amqpURL, pa
 		}
 	}
 	a := newApp(stack.DB, stack.Units, b, log, reg)
+	a.checkout = checkout
 	if err := a.Migrate(ctx); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
@@ -214,7 +229,7 @@ func serve(ctx context.Context, log *slog.Logger, mode, addr, dbURL, amqpURL, pa
 		}()
 	}
 	if mode == "all" || mode == "worker" {
-		for _, mk := range []func() (runner, error){a.inventoryRunner, a.orderingRunner, a.notificationRunner} {
+		for _, mk := range []func() (runner, error){a.inventoryRunner, a.orderingRunner, a.notificationRunner, a.checkoutRunner} {
 			c, err := mk()
 			if err != nil {
 				return err

@@ -236,7 +236,7 @@ func TestHappyPathOnTheEmbeddedDefault(t *testing.T) {
 		assert.Equal(t, "ok", check["status"], "%v", check)
 	}
 	assert.Equal(t, []string{"database", "relay", "consumer inventory", "bus inventory", "consumer ordering", "bus ordering",
-		"consumer notification", "bus notification"}, names)
+		"consumer notification", "bus notification", "consumer checkout", "bus checkout"}, names)
 	metrics := call(t, "GET", p.url+"/metrics", "", nil)
 	require.Equal(t, 200, metrics.status)
 	assert.Contains(t, string(metrics.body), "bento_outbox_published_total")

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"time"
 )
 
 // Proxy forwards connections accepted on 127.0.0.1 to a target address.
@@ -21,6 +22,7 @@ type Proxy struct {
 	cut     bool
 	stalled bool
 	blocked bool
+	delay   time.Duration // added before each chunk moves, either way (Slow)
 	changed chan struct{} // closed and replaced when stalled or blocked change
 	pairs   map[*pair]struct{}
 	wg      sync.WaitGroup
@@ -94,6 +96,11 @@ func (p *Proxy) Stall() { p.set(func() { p.stalled = true }) }
 
 // Resume moves bytes again after Stall.
 func (p *Proxy) Resume() { p.set(func() { p.stalled = false }) }
+
+// Slow delays every chunk of bytes by d before it moves, in both
+// directions, on open connections and on those accepted later: a slow or
+// congested network path. Slow(0) ends it.
+func (p *Proxy) Slow(d time.Duration) { p.set(func() { p.delay = max(d, 0) }) }
 
 // Block plays a RabbitMQ broker under a resource alarm: it sends a
 // connection.blocked frame (channel 0, class 10, method 60) with reason to
@@ -218,11 +225,21 @@ func (p *Proxy) untrack(c *pair) {
 // wait returns once bytes may flow in the given direction, or false once c
 // is closed.
 func (p *Proxy) wait(c *pair, upstream bool) bool {
+	slept := false
 	for {
 		p.mu.Lock()
 		hold := p.stalled || (upstream && p.blocked)
-		changed := p.changed
+		changed, delay := p.changed, p.delay
 		p.mu.Unlock()
+		if !hold && delay > 0 && !slept {
+			slept = true
+			select {
+			case <-time.After(delay):
+			case <-c.done:
+				return false
+			}
+			continue // a stall may have begun meanwhile
+		}
 		if !hold {
 			return true
 		}

@@ -186,3 +186,30 @@ func TestBlockNeedsAMQP(t *testing.T) {
 	defer p.Close()
 	assert.Panics(t, func() { p.Block("x") })
 }
+
+// TestSlowDelaysBytesUntilItEnds: under Slow, bytes still arrive, each way,
+// but not before the delay; Slow(0) lets them through at once again.
+func TestSlowDelaysBytesUntilItEnds(t *testing.T) {
+	addr, conns := server(t)
+	p, client := through(t, addr, false)
+	srv := <-conns
+	defer srv.Close()
+
+	p.Slow(2 * quiet)
+	_, err := client.Write([]byte("up"))
+	require.NoError(t, err)
+	silent(t, srv, "a slowed link holds bytes for the delay")
+	assert.Equal(t, []byte("up"), readN(t, srv, 2))
+	_, err = srv.Write([]byte("down"))
+	require.NoError(t, err)
+	silent(t, client, "both ways")
+	assert.Equal(t, []byte("down"), readN(t, client, 4))
+
+	p.Slow(0)
+	_, err = client.Write([]byte("x"))
+	require.NoError(t, err)
+	require.NoError(t, srv.SetReadDeadline(time.Now().Add(quiet)))
+	b := make([]byte, 1)
+	_, err = io.ReadFull(srv, b)
+	require.NoError(t, err, "no delay once Slow(0)")
+}

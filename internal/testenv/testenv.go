@@ -127,6 +127,18 @@ func PostgresConfig(t testing.TB, schema string) *pgx.ConnConfig {
 	return cfg
 }
 
+// RequirePostgres checks that the test database is on this machine and
+// answers, and returns its DSN, for tests that create their own schemas
+// (or whose subprocesses do).
+func RequirePostgres(t testing.TB) string {
+	t.Helper()
+	PostgresConfig(t, "")
+	if _, err := adminDB(); err != nil {
+		unavailable(t, "PostgreSQL", err, startPostgres)
+	}
+	return PostgresDSN()
+}
+
 // Postgres returns a GORM handle on a new, empty schema of the test
 // database, dropped when the test ends. The returned DSN reaches the same
 // schema (for LISTEN connections and subprocesses).

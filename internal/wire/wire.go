@@ -29,7 +29,35 @@ const (
 	Redelivered      = "bento_redelivered"
 	Replays          = "bento_replays"
 	Producer         = "producer"
+	// DueAt is when a scheduled message fell due (RFC 3339, UTC): set
+	// when the relay releases it, so a consumer can tell how late it came.
+	DueAt = "due_at"
+	// DeliveryCount is how many times the database bus delivered a
+	// message to its queue before (a bus sets it on the way in).
+	DeliveryCount = "bento_delivery_count"
 )
+
+// Metadata of dead letters, written by the consumer runtime and by the
+// database bus past its delivery limit (package consumer exports them).
+const (
+	DeadCause    = "dead_cause"
+	DeadReason   = "reason_poisoned" // Watermill's poison middleware's key
+	DeadAt       = "dead_at"
+	DeadAttempts = "dead_attempts"
+	// CausePoison is the DeadCause of a message that crashed or hung every
+	// consumer it reached.
+	CausePoison = "poison"
+)
+
+// notTopicChars are the characters a topic cannot hold.
+var notTopicChars = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
+
+// DeadLetterTopic is the topic the dead letters of group are published
+// under: "bento-dead.<group>", with characters a topic cannot hold
+// replaced by '_'.
+func DeadLetterTopic(group string) string {
+	return "bento-dead." + notTopicChars.ReplaceAllString(group, "_")
+}
 
 // MaxTopicLen is the longest topic (event type) and binding pattern, in
 // bytes: the size of the outbox's topic column, well under AMQP's 255-byte

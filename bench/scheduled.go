@@ -1,0 +1,558 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"gorm.io/gorm"
+
+	"github.com/bentoevents/bento/messaging"
+	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/rabbitmq"
+)
+
+// scheduledConfig sizes the scheduled scenario.
+type scheduledConfig struct {
+	// Messages fall due evenly over Spread, the first Lead after their
+	// scheduling starts (the scheduling must end before).
+	Messages int           `json:"messages"`
+	Spread   time.Duration `json:"spread_ns"`
+	Lead     time.Duration `json:"lead_ns"`
+	// Writers schedule the messages, in transactions of scheduleBatch.
+	Writers int `json:"writers"`
+	// PeerPoll is the bare poller's sleep after a poll that found nothing
+	// due (0: no peer).
+	PeerPoll time.Duration `json:"peer_poll_ns"`
+	// CancelMessages are scheduled for the cancellation measurement (0:
+	// none), due over CancelSpread; every other one is cancelled, at
+	// CancelRate per second from Cancellers goroutines.
+	CancelMessages int           `json:"cancel_messages"`
+	CancelSpread   time.Duration `json:"cancel_spread_ns"`
+	CancelRate     float64       `json:"cancel_rate"`
+	Cancellers     int           `json:"cancellers"`
+	// CancelAhead is how long before the first of them falls due the
+	// cancels start; negative: after, so that the first cancels race the
+	// release of their messages.
+	CancelAhead time.Duration `json:"cancel_ahead_ns"`
+}
+
+func (c scheduledConfig) validate() error {
+	var errs []error
+	if c.Messages < 1 {
+		errs = append(errs, fmt.Errorf("-scheduled-messages: %d, must be at least 1", c.Messages))
+	}
+	if c.Spread < 0 || c.Lead <= 0 || c.PeerPoll < 0 || c.CancelSpread < 0 {
+		errs = append(errs, errors.New("-scheduled-lead must be positive; -scheduled-spread, -scheduled-peer-poll and -scheduled-cancel-spread must not be negative"))
+	}
+	if c.Writers < 1 || c.Cancellers < 1 {
+		errs = append(errs, errors.New("-scheduled-writers and -scheduled-cancellers must be at least 1"))
+	}
+	if c.CancelMessages < 0 || c.CancelMessages > 0 && c.CancelRate <= 0 {
+		errs = append(errs, errors.New("-scheduled-cancel-messages must not be negative, -scheduled-cancel-rate positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// scheduleBatch is how many messages one scheduling transaction writes.
+const scheduleBatch = 200
+
+// schedIdle is how long a measurement waits, after the last due time, for
+// the next delivery before it gives up on the messages not yet received.
+const schedIdle = 15 * time.Second
+
+// scheduledTopic is the topic (and routing key) of the scheduled messages.
+const scheduledTopic = "reminder.due"
+
+// schedPayload is a scheduled message's payload: its sequence number.
+type schedPayload struct {
+	Seq int `json:"seq"`
+}
+
+// dueTime returns when message i of n falls due: evenly over spread from
+// t0.
+func dueTime(t0 time.Time, i, n int, spread time.Duration) time.Time {
+	if n <= 1 {
+		return t0
+	}
+	return t0.Add(time.Duration(float64(i) / float64(n-1) * float64(spread)))
+}
+
+// schedTracker counts the deliveries of each message and records how late
+// after its due time (the due_at header) the first one arrived.
+type schedTracker struct {
+	n        int
+	count    []atomic.Int32
+	lag      []atomic.Int64 // ns after due, of the first delivery
+	received atomic.Int64   // messages delivered at least once
+	unknown  atomic.Int64   // deliveries without a sequence number or due time
+}
+
+func newSchedTracker(n int) *schedTracker {
+	return &schedTracker{n: n, count: make([]atomic.Int32, n), lag: make([]atomic.Int64, n)}
+}
+
+// deliver records one delivery of body with the headers h, received at now.
+func (t *schedTracker) deliver(body []byte, h amqp.Table, now time.Time) {
+	var p schedPayload
+	due, _ := h[messaging.MetaDueAt].(string)
+	at, err := time.Parse(time.RFC3339Nano, due)
+	if json.Unmarshal(body, &p) != nil || err != nil || p.Seq < 0 || p.Seq >= t.n {
+		t.unknown.Add(1)
+		return
+	}
+	if t.count[p.Seq].Add(1) == 1 {
+		t.lag[p.Seq].Store(int64(now.Sub(at)))
+		t.received.Add(1)
+	}
+}
+
+// duplicates counts the deliveries beyond each message's first.
+func (t *schedTracker) duplicates() int {
+	d := 0
+	for i := range t.count {
+		d += max(int(t.count[i].Load())-1, 0)
+	}
+	return d
+}
+
+// startSchedReceiver consumes queue (manual acks, 2,000 unacked ahead)
+// into t until the returned stop is called.
+func startSchedReceiver(e *env, queue string, t *schedTracker) (stop func(), err error) {
+	conn, err := amqp.Dial(e.amqpURL)
+	if err != nil {
+		return nil, fmt.Errorf("dial AMQP: %w", err)
+	}
+	ch, err := conn.Channel()
+	if err == nil {
+		err = ch.Qos(2000, 0, false)
+	}
+	var deliveries <-chan amqp.Delivery
+	if err == nil {
+		deliveries, err = ch.Consume(queue, "", false, false, false, false, nil)
+	}
+	if err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("consume %s: %w", queue, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for d := range deliveries {
+			t.deliver(d.Body, d.Headers, time.Now())
+			_ = d.Ack(false)
+		}
+	}()
+	return func() { _ = conn.Close(); <-done }, nil
+}
+
+// waitSched waits until want messages were delivered at least once, or
+// until, after lastDue, idle passed without a new one (the relay stopped
+// delivering), then settle longer for stray deliveries. A relay that falls
+// behind is waited for as long as it makes progress, so that its lag
+// covers every message rather than those that came in some deadline.
+func waitSched(ctx context.Context, t *schedTracker, want int, lastDue time.Time, idle, settle time.Duration) {
+	seen, progress := t.received.Load(), time.Now()
+	for int(seen) < want && ctx.Err() == nil {
+		now := time.Now()
+		if n := t.received.Load(); n != seen {
+			seen, progress = n, now
+		}
+		from := progress
+		if lastDue.After(from) {
+			from = lastDue
+		}
+		if now.Sub(from) > idle {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(settle):
+	}
+}
+
+// schedRun is one relay's delivery of the scheduled messages in one run.
+type schedRun struct {
+	Key   string `json:"key"`
+	Label string `json:"label"`
+	// Scheduling is how long writing the messages took (bento: through
+	// outbox.Store.Schedule; the peer: one COPY), and ScheduledPerSecond
+	// its rate.
+	SchedulingSeconds  float64 `json:"scheduling_seconds"`
+	ScheduledPerSecond float64 `json:"scheduled_per_second"`
+	Messages           int     `json:"messages"`
+	Received           int     `json:"received"`
+	Duplicates         int     `json:"duplicate_deliveries"`
+	Unknown            int64   `json:"unknown_deliveries,omitempty"`
+	// Lag is each message's first receipt minus its due_at header.
+	Lag latencies `json:"lag"`
+	// Early counts the messages received before their due time (negative
+	// lag).
+	Early int `json:"early,omitempty"`
+	// Relay is where bento's projector spent its time.
+	Relay *relayPhases `json:"relay_phases,omitempty"`
+}
+
+func (t *schedTracker) run(key, label string, sched time.Duration) schedRun {
+	r := schedRun{Key: key, Label: label, SchedulingSeconds: sched.Seconds(), Messages: t.n,
+		Received: int(t.received.Load()), Duplicates: t.duplicates(), Unknown: t.unknown.Load()}
+	if sched > 0 {
+		r.ScheduledPerSecond = float64(t.n) / sched.Seconds()
+	}
+	var lags []time.Duration
+	for i := range t.count {
+		if t.count[i].Load() > 0 {
+			l := time.Duration(t.lag[i].Load())
+			if l < 0 {
+				r.Early++
+			}
+			lags = append(lags, l)
+		}
+	}
+	r.Lag = summarize(lags)
+	return r
+}
+
+// scheduleAll schedules n messages through store, message i due at due(i)
+// with key key(i) (none when key is nil), from writers goroutines in
+// transactions of scheduleBatch, in due order.
+func scheduleAll(ctx context.Context, db *gorm.DB, store *outbox.Store, n, writers int, due func(int) time.Time, key func(int) string) error {
+	jobs := make(chan int)
+	go func() {
+		defer close(jobs)
+		for first := 0; first < n; first += scheduleBatch {
+			select {
+			case jobs <- first:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for first := range jobs {
+				err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+					for i := first; i < min(first+scheduleBatch, n); i++ {
+						var opts *outbox.ScheduleOpts
+						if key != nil {
+							opts = &outbox.ScheduleOpts{Key: key(i)}
+						}
+						if _, err := store.Schedule(ctx, tx, scheduledTopic, schedPayload{Seq: i}, outbox.At(due(i)), opts); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// schedBento schedules cfg.Messages through outbox.Store.Schedule while
+// bento's projector runs (as minishop runs it), and measures how late
+// after its due time each arrives at a consumer of RabbitMQ.
+func schedBento(ctx context.Context, b *steadyBed, cfg scheduledConfig) (schedRun, error) {
+	names := newAMQPNames()
+	defer func() {
+		if err := b.e.deleteTopology(names); err != nil {
+			b.e.log.Warn("cleanup", "err", err)
+		}
+	}()
+	rcfg := &rabbitmq.Config{URL: b.e.amqpURL, Exchange: names.Exchange, Logger: b.e.log}
+	if err := rabbitmq.DeclareQueue(ctx, rcfg, names.Queue, scheduledTopic); err != nil {
+		return schedRun{}, err
+	}
+	tr := newSchedTracker(cfg.Messages)
+	stop, err := startSchedReceiver(b.e, names.Queue, tr)
+	if err != nil {
+		return schedRun{}, err
+	}
+	defer stop()
+	relay, err := startBentoRelay(ctx, b, rcfg)
+	if err != nil {
+		return schedRun{}, err
+	}
+	store, err := outbox.NewStore(b.db, nil)
+	if err != nil {
+		return schedRun{}, errors.Join(err, relay.stop())
+	}
+	start := time.Now()
+	t0 := start.Add(cfg.Lead)
+	due := func(i int) time.Time { return dueTime(t0, i, cfg.Messages, cfg.Spread) }
+	err = scheduleAll(ctx, b.db, store, cfg.Messages, cfg.Writers, due, nil)
+	sched := time.Since(start)
+	if err == nil && time.Now().After(t0) {
+		err = fmt.Errorf("scheduling %d messages took %v, longer than the lead %v (raise -scheduled-lead)", cfg.Messages, sched.Round(time.Millisecond), cfg.Lead)
+	}
+	if err != nil {
+		return schedRun{}, errors.Join(err, relay.stop())
+	}
+	waitSched(ctx, tr, cfg.Messages, t0.Add(cfg.Spread), schedIdle, 500*time.Millisecond)
+	r := tr.run("bento", "bento projector, ConfirmPublisher", sched)
+	r.Relay = relay.timer.phases()
+	if r.Relay.Releases > 0 {
+		r.Relay.RowsPerRelease = float64(r.Received) / float64(r.Relay.Releases)
+	}
+	return r, errors.Join(ctx.Err(), relay.stop())
+}
+
+// cancelRun is the cancellation measurement of one run.
+type cancelRun struct {
+	Messages int `json:"messages"`
+	// Attempted cancels (every other message), at Offered per second;
+	// Achieved is the cancels completed per second from the first's start
+	// to the last's end.
+	Attempted int     `json:"attempted"`
+	Offered   float64 `json:"offered_per_second"`
+	Achieved  float64 `json:"achieved_per_second"`
+	// Cancelled committed; TooLate lost the race to the release
+	// (outbox.ErrCancelTooLate) and must be delivered.
+	Cancelled int       `json:"cancelled"`
+	TooLate   int       `json:"too_late"`
+	Failed    int       `json:"failed,omitempty"`
+	Cancel    latencies `json:"cancel"`
+	// Expected is the messages that must arrive (not cancelled, or
+	// cancelled too late); Lost of them did not; Duplicates are deliveries
+	// beyond each message's first; CancelledDelivered are messages whose
+	// cancel committed that arrived anyway.
+	Expected           int       `json:"expected"`
+	Received           int       `json:"received"`
+	Lost               int       `json:"lost"`
+	Duplicates         int       `json:"duplicate_deliveries"`
+	CancelledDelivered int       `json:"cancelled_delivered"`
+	Unknown            int64     `json:"unknown_deliveries,omitempty"`
+	Lag                latencies `json:"lag"`
+}
+
+// schedCancel schedules cfg.CancelMessages, each under its own key, due
+// over cfg.CancelSpread, with bento's projector running, and cancels every
+// other one from cfg.Cancellers goroutines at cfg.CancelRate, starting
+// cfg.CancelAhead before the first falls due (the cancels that fall behind
+// race the release). Each message then must arrive at least once unless
+// its cancel committed, and then never.
+func schedCancel(ctx context.Context, b *steadyBed, cfg scheduledConfig) (cancelRun, error) {
+	n := cfg.CancelMessages
+	names := newAMQPNames()
+	defer func() {
+		if err := b.e.deleteTopology(names); err != nil {
+			b.e.log.Warn("cleanup", "err", err)
+		}
+	}()
+	rcfg := &rabbitmq.Config{URL: b.e.amqpURL, Exchange: names.Exchange, Logger: b.e.log}
+	if err := rabbitmq.DeclareQueue(ctx, rcfg, names.Queue, scheduledTopic); err != nil {
+		return cancelRun{}, err
+	}
+	tr := newSchedTracker(n)
+	stop, err := startSchedReceiver(b.e, names.Queue, tr)
+	if err != nil {
+		return cancelRun{}, err
+	}
+	defer stop()
+	relay, err := startBentoRelay(ctx, b, rcfg)
+	if err != nil {
+		return cancelRun{}, err
+	}
+	store, err := outbox.NewStore(b.db, nil)
+	if err != nil {
+		return cancelRun{}, errors.Join(err, relay.stop())
+	}
+	prefix := "c" + randomHex(3) + "-"
+	key := func(i int) string { return prefix + strconv.Itoa(i) }
+	start := time.Now()
+	t0 := start.Add(cfg.Lead)
+	err = scheduleAll(ctx, b.db, store, n, cfg.Writers, func(i int) time.Time { return dueTime(t0, i, n, cfg.CancelSpread) }, key)
+	cancelAt := t0.Add(-cfg.CancelAhead)
+	if err == nil && time.Now().After(cancelAt) {
+		err = fmt.Errorf("scheduling %d messages took %v, past the cancels' start %v after it (raise -scheduled-lead)", n,
+			time.Since(start).Round(time.Millisecond), cancelAt.Sub(start).Round(time.Millisecond))
+	}
+	if err != nil {
+		return cancelRun{}, errors.Join(err, relay.stop())
+	}
+	select { // start cancelling CancelAhead before the first is due
+	case <-time.After(time.Until(cancelAt)):
+	case <-ctx.Done():
+		return cancelRun{}, errors.Join(ctx.Err(), relay.stop())
+	}
+
+	// Every other message, in due order, paced open-loop at CancelRate.
+	targets := make([]int, 0, n/2)
+	for i := 1; i < n; i += 2 {
+		targets = append(targets, i)
+	}
+	const (
+		stNone = iota
+		stCancelled
+		stTooLate
+		stFailed
+	)
+	state := make([]int, n)
+	took := make([]time.Duration, len(targets))
+	p := &pacer{rate: cfg.CancelRate, total: len(targets)}
+	jobs := make(chan job, len(targets))
+	cstart := time.Now()
+	sctx, scancel := context.WithCancel(ctx)
+	go schedule(sctx, p, cstart, steadyTick, jobs)
+	var (
+		wg      sync.WaitGroup
+		lastEnd atomic.Int64
+		firstE  error
+		emu     sync.Mutex
+	)
+	for range cfg.Cancellers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				i := targets[j.seq]
+				s := time.Now()
+				var cancelled int64
+				err := b.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+					var err error
+					cancelled, err = store.Cancel(ctx, tx, key(i), nil)
+					return err
+				})
+				took[j.seq] = time.Since(s)
+				switch {
+				case err == nil && cancelled > 0:
+					state[i] = stCancelled
+				case errors.Is(err, outbox.ErrCancelTooLate):
+					state[i] = stTooLate
+				default:
+					state[i] = stFailed
+					emu.Lock()
+					if firstE == nil {
+						firstE = fmt.Errorf("cancel %s: %d cancelled, %w", key(i), cancelled, err)
+					}
+					emu.Unlock()
+				}
+				end := int64(time.Since(cstart))
+				for {
+					old := lastEnd.Load()
+					if end <= old || lastEnd.CompareAndSwap(old, end) {
+						break
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	scancel()
+	r := cancelRun{Messages: n, Attempted: len(targets), Offered: cfg.CancelRate}
+	if d := time.Duration(lastEnd.Load()); d > 0 {
+		r.Achieved = float64(len(targets)) / d.Seconds()
+	}
+	r.Cancel = summarize(took)
+	for i := range n {
+		switch state[i] {
+		case stCancelled:
+			r.Cancelled++
+		case stTooLate:
+			r.TooLate++
+		case stFailed:
+			r.Failed++
+		}
+		if state[i] != stCancelled {
+			r.Expected++
+		}
+	}
+	waitSched(ctx, tr, r.Expected, t0.Add(cfg.CancelSpread), schedIdle, time.Second)
+	var lags []time.Duration
+	for i := range n {
+		c := tr.count[i].Load()
+		if c > 0 {
+			r.Received++
+			lags = append(lags, time.Duration(tr.lag[i].Load()))
+		}
+		switch {
+		case state[i] == stCancelled && c > 0:
+			r.CancelledDelivered++
+		case state[i] != stCancelled && c == 0:
+			r.Lost++
+		}
+	}
+	r.Duplicates, r.Unknown, r.Lag = tr.duplicates(), tr.unknown.Load(), summarize(lags)
+	err = firstE
+	if err != nil {
+		err = fmt.Errorf("%d cancels failed, the first: %w", r.Failed, err)
+	}
+	return r, errors.Join(err, ctx.Err(), relay.stop())
+}
+
+// scheduledResult is one run of the scheduled scenario.
+type scheduledResult struct {
+	Relays []schedRun `json:"relays"`
+	Cancel *cancelRun `json:"cancel,omitempty"`
+}
+
+// runScheduled runs the scheduled scenario once, in a fresh schema:
+// bento's projector, then the bare poller, then the cancellation.
+func runScheduled(ctx context.Context, e *env, cfg scheduledConfig, report func(string)) (scheduledResult, error) {
+	var res scheduledResult
+	b, err := newSteadyBed(ctx, e, steadyConfig{Writers: cfg.Writers + cfg.Cancellers})
+	if err != nil {
+		return res, err
+	}
+	defer b.close()
+	line := func(r schedRun) {
+		report(fmt.Sprintf("%-40s scheduled %d in %.1f s (%s/s); lag p50 %7.2f ms, p95 %7.2f ms, p99 %7.2f ms, max %7.2f ms (%d/%d received, %d duplicates, %d early)",
+			r.Label, r.Messages, r.SchedulingSeconds, thousands(r.ScheduledPerSecond), r.Lag.P50, r.Lag.P95, r.Lag.P99, r.Lag.Max,
+			r.Received, r.Messages, r.Duplicates, r.Early))
+	}
+	r, err := schedBento(ctx, b, cfg)
+	if err != nil {
+		return res, fmt.Errorf("bento: %w", err)
+	}
+	line(r)
+	if p := r.Relay; p != nil && p.Release != nil {
+		report(fmt.Sprintf("  relay: %d releases of %.1f rows, p50 %.2f ms p99 %.2f ms, next due time p50 %.2f ms p99 %.2f ms; %d batches of %.1f rows; claim p50 %.2f ms p99 %.2f ms, publish+confirm p50 %.2f ms p99 %.2f ms, mark sent p50 %.2f ms p99 %.2f ms",
+			p.Releases, p.RowsPerRelease, p.Release.P50, p.Release.P99, p.NextDue.P50, p.NextDue.P99, p.Batches, p.RowsPerBatch, p.Claim.P50, p.Claim.P99,
+			p.Publish.P50, p.Publish.P99, p.MarkSent.P50, p.MarkSent.P99))
+	}
+	res.Relays = append(res.Relays, r)
+	if cfg.PeerPoll > 0 {
+		r, err := schedPeer(ctx, b, cfg)
+		if err != nil {
+			return res, fmt.Errorf("bare poller: %w", err)
+		}
+		line(r)
+		res.Relays = append(res.Relays, r)
+	}
+	if cfg.CancelMessages > 0 {
+		c, err := schedCancel(ctx, b, cfg)
+		if err != nil {
+			return res, fmt.Errorf("cancel: %w", err)
+		}
+		report(fmt.Sprintf("cancel: %d of %d messages at %s/s offered, %s/s achieved (cancel p50 %.2f ms, p99 %.2f ms): %d cancelled, %d too late; %d/%d expected received, %d lost, %d duplicates, %d cancelled but delivered",
+			c.Attempted, c.Messages, thousands(c.Offered), thousands(c.Achieved), c.Cancel.P50, c.Cancel.P99, c.Cancelled, c.TooLate,
+			c.Received, c.Expected, c.Lost, c.Duplicates, c.CancelledDelivered))
+		res.Cancel = &c
+	}
+	return res, nil
+}

@@ -1,0 +1,130 @@
+package dbbus_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/bentoevents/bento/dbbus"
+	"github.com/bentoevents/bento/internal/testenv"
+	"github.com/bentoevents/bento/messaging"
+)
+
+// claimCounter counts the claim statements run through a GORM session.
+type claimCounter struct {
+	logger.Interface
+	mu sync.Mutex
+	n  int
+}
+
+func (c *claimCounter) LogMode(logger.LogLevel) logger.Interface { return c }
+
+func (c *claimCounter) Trace(_ context.Context, _ time.Time, fc func() (string, int64), _ error) {
+	sql, _ := fc()
+	if strings.Contains(sql, "SET lease_token") && strings.Contains(sql, "dbbus_deliveries") {
+		c.mu.Lock()
+		c.n++
+		c.mu.Unlock()
+	}
+}
+
+func (c *claimCounter) take() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.n
+	c.n = 0
+	return n
+}
+
+// TestIdleSubscriptionsPollByDefault leaves a plain subscription and a
+// partition's owner idle for three seconds on each database with the
+// default configuration. An idle subscription's polls are most of its
+// cost, so on PostgreSQL, where the bus listens and any process's publish
+// wakes it, they come every 2 s; on SQLite, where polling is how other
+// processes' messages are found, every 200 ms. Then another bus publishes
+// on PostgreSQL: the listening subscriptions receive it at once.
+func TestIdleSubscriptionsPollByDefault(t *testing.T) {
+	t.Parallel()
+	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend, db *gorm.DB) {
+		counter := &claimCounter{Interface: logger.Discard}
+		counted := db.Session(&gorm.Session{Logger: counter})
+		bus := setup(t, counted, dbbus.Config{})
+		require.NoError(t, dbbus.DeclareGroup(t.Context(), db, "billing", "order.*"))
+		require.NoError(t, dbbus.DeclarePartitions(t.Context(), db, "ledger", 1, "order.*"))
+		_, plain := subscribe(t, bus, "billing")
+		owned, err := bus.PartitionSubscriber(1).Subscribe(t.Context(), messaging.PartitionQueue("ledger", 0))
+		require.NoError(t, err)
+
+		time.Sleep(500 * time.Millisecond) // the first claims
+		counter.take()
+		const idle = 3 * time.Second
+		time.Sleep(idle)
+		claims := counter.take()
+		t.Logf("%s: %d claims by two idle subscriptions in %v", b.Name, claims, idle)
+		if b.Name != "postgres" {
+			assert.GreaterOrEqual(t, claims, 2*10, "polls every 200 ms without notifications")
+			return
+		}
+		assert.LessOrEqual(t, claims, 2*3, "polls every 2 s where the bus listens")
+
+		other := setup(t, db, dbbus.Config{NoListen: true})
+		m := newMessage(`{}`)
+		require.NoError(t, other.Publish("order.paid", m))
+		for _, ch := range []<-chan *message.Message{plain, owned} {
+			got := receive(t, ch, time.Second)
+			assert.Equal(t, m.UUID, got.UUID, "woken by the notification, not the poll")
+			got.Ack()
+		}
+	})
+}
+
+// TestBatchSubscriberSharesOut publishes two messages at once to a group
+// with two competing subscriptions. Claims of a batch (16) let the first
+// subscription to claim take both, and the other none until the first
+// settles them; claims of one share them out, one each, at once.
+func TestBatchSubscriberSharesOut(t *testing.T) {
+	t.Parallel()
+	testenv.ForEachBackend(t, func(t *testing.T, _ testenv.Backend, db *gorm.DB) {
+		for _, batch := range []int{16, 1} {
+			bus := setup(t, db, dbbus.Config{})
+			group := fmt.Sprintf("billing%d", batch)
+			require.NoError(t, dbbus.DeclareGroup(t.Context(), db, group, "order.*"))
+			var chans []<-chan *message.Message
+			for range 2 {
+				sub := bus.BatchSubscriber(batch)
+				t.Cleanup(func() { _ = sub.Close() })
+				ch, err := sub.Subscribe(t.Context(), group)
+				require.NoError(t, err)
+				chans = append(chans, ch)
+			}
+			time.Sleep(100 * time.Millisecond)                          // the first, empty claims
+			require.NoError(t, db.Transaction(func(tx *gorm.DB) error { // both visible at once
+				return bus.PublishTx(tx, "order.paid", newMessage(`{"n":1}`), newMessage(`{"n":2}`))
+			}))
+			received := 0
+			for _, ch := range chans {
+				select {
+				case m := <-ch:
+					received++
+					defer m.Ack()
+				case <-time.After(2 * time.Second):
+				}
+			}
+			if batch == 1 {
+				assert.Equal(t, 2, received, "claims of one: a message each, held at once")
+			} else {
+				assert.Equal(t, 1, received, "claims of %d: the first claim takes both", batch)
+			}
+		}
+	})
+}

@@ -1,0 +1,59 @@
+package projector
+
+import (
+	"context"
+	"time"
+
+	"github.com/bentoevents/bento/outbox"
+)
+
+// releaseRecheck is how long a projector goes at most without looking for
+// due scheduled messages while it runs: a message scheduled for sooner
+// than the one it knows of is found within it. An idle projector on
+// PostgreSQL is woken by the scheduling commit itself.
+const releaseRecheck = 50 * time.Millisecond
+
+// releaser moves due scheduled messages into the outbox before the
+// projector claims (outbox.Store.ReleaseDue), and knows when the next one
+// falls due, so the projector sleeps no longer than that.
+type releaser struct {
+	p    *OutboxProjector
+	next time.Time // when to look again, by the host's monotonic clock
+	due  time.Time // when the next known message falls due; zero: none known
+}
+
+// run releases what is due when it is time to look, and returns how long
+// the projector may sleep before it must look again.
+func (r *releaser) run(ctx context.Context) time.Duration {
+	now := time.Now()
+	if now.Before(r.next) {
+		return r.sleep(now)
+	}
+	res, err := r.p.store.ReleaseDue(ctx, outbox.ReleaseOpts{Tenant: r.p.cfg.Tenant, Limit: r.p.cfg.BatchSize})
+	if err != nil {
+		if ctx.Err() == nil {
+			r.p.log.Error("releasing due scheduled messages failed", "err", err)
+		}
+		r.next, r.due = now.Add(r.p.cfg.IdleSleep), time.Time{}
+		return r.sleep(now)
+	}
+	r.p.metrics.released(res.Late)
+	r.due = time.Time{}
+	r.next = now.Add(releaseRecheck)
+	if res.Waiting {
+		r.due = now.Add(max(res.Next, 0))
+		if r.due.Before(r.next) {
+			r.next = r.due
+		}
+	}
+	return r.sleep(now)
+}
+
+// sleep is how long from now the projector may sleep: until the next known
+// due time, unbounded (its own IdleSleep) when none is known.
+func (r *releaser) sleep(now time.Time) time.Duration {
+	if r.due.IsZero() {
+		return time.Duration(1<<63 - 1)
+	}
+	return max(r.due.Sub(now), 0)
+}

@@ -1,0 +1,116 @@
+package projector_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/bentoevents/bento/internal/testenv"
+	"github.com/bentoevents/bento/messaging"
+	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/projector"
+)
+
+// TestRunRelaysScheduledMessagesWhenDue: a running projector whose idle
+// poll is a minute relays each scheduled message once it falls due, never
+// before, and never one whose cancel committed. It learns a new due time
+// from the scheduling commit (PostgreSQL's notification, or Wake from an
+// after-commit hook) and then sleeps until that time, so the messages
+// arrive long before the poll would find them. (How soon is the bench's to
+// measure; the bound here only tells the due-time wake-up from the poll.)
+func TestRunRelaysScheduledMessagesWhenDue(t *testing.T) {
+	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend, db *gorm.DB) {
+		ctx := context.Background()
+		e := setup(t, db)
+		rec := &recorder{notify: make(chan string, 16)}
+		reg := prometheus.NewRegistry()
+		cfg := fastConfig()
+		cfg.IdleSleep = time.Minute
+		cfg.Registerer = reg
+		cfg.DisableNotify = !b.Notify
+		p, err := projector.New(e.store, rec, cfg)
+		require.NoError(t, err)
+		runProjector(t, p)
+		time.Sleep(100 * time.Millisecond) // asleep for its minute
+
+		const n = 5
+		want := map[string]bool{}
+		require.NoError(t, db.Transaction(func(tx *gorm.DB) error {
+			for i := range n {
+				m, err := e.store.Schedule(ctx, tx, "order.payment_due", map[string]int{"i": i},
+					outbox.After(time.Duration(300+300*i)*time.Millisecond), &outbox.ScheduleOpts{Key: fmt.Sprint("k-", i)})
+				if err != nil {
+					return err
+				}
+				want[m.ID] = true
+			}
+			_, err := e.store.Schedule(ctx, tx, "order.payment_due", map[string]int{"i": -1},
+				outbox.After(200*time.Millisecond), &outbox.ScheduleOpts{Key: "cancelled"})
+			return err
+		}))
+		p.Wake() // what the unit of work's AfterCommit hook does
+		require.NoError(t, db.Transaction(func(tx *gorm.DB) error {
+			_, err := e.store.Cancel(ctx, tx, "cancelled", nil)
+			return err
+		}))
+
+		arrived := map[string]time.Time{}
+		for len(arrived) < n {
+			select {
+			case id := <-rec.notify:
+				require.True(t, want[id], "%s was not to be published", id)
+				require.NotContains(t, arrived, id, "published twice")
+				arrived[id] = time.Now()
+			case <-time.After(20 * time.Second):
+				t.Fatalf("%d of %d scheduled messages published within 20s", len(arrived), n)
+			}
+		}
+		for _, d := range rec.all() {
+			due, err := time.Parse(time.RFC3339Nano, d.env.Metadata[messaging.MetaDueAt])
+			require.NoError(t, err)
+			got := arrived[d.env.ID]
+			assert.False(t, got.Before(due.Add(-5*time.Millisecond)), "%s published %v before its due time", d.env.ID, due.Sub(got))
+			assert.Less(t, got.Sub(due), 10*time.Second, "%s published %v after its due time: found by the poll, not the timer", d.env.ID, got.Sub(due))
+			t.Logf("%s: due %s, published %v after", d.env.ID, due.Format("15:04:05.000"), got.Sub(due))
+		}
+		select {
+		case id := <-rec.notify:
+			t.Fatalf("%s published after the five", id)
+		case <-time.After(300 * time.Millisecond):
+		}
+		assert.Equal(t, uint64(n), histogramCount(t, reg, "bento_outbox_scheduled_release_lag_seconds"))
+		assert.Equal(t, 0.0, gaugeValue(t, reg, "bento_outbox_scheduled_waiting"), "nothing waits")
+	})
+}
+
+func histogramCount(t *testing.T, reg *prometheus.Registry, name string) uint64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
+
+func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
