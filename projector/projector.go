@@ -209,17 +209,21 @@ func (p *OutboxProjector) Run(ctx context.Context) error {
 			// claim makes the projector idle.
 			errDelay = p.cfg.BusySleep
 			rs.busy(ctx)
-			p.sleep(ctx, min(p.cfg.BusySleep, due), p.wake)
+			if p.sleep(ctx, min(p.cfg.BusySleep, due), p.wake) {
+				rel.woken()
+			}
 			continue
 		default:
 			sleep = p.cfg.IdleSleep
 		}
 		claim, within := rs.idle(ctx)
 		if claim {
-			rel.next = time.Time{} // and release what they scheduled
-			continue               // settled: claim once more what busy-time writers did not announce
+			rel.woken() // and release what they scheduled
+			continue    // settled: claim once more what busy-time writers did not announce
 		}
-		p.sleep(ctx, min(sleep, within, due), p.wake)
+		if p.sleep(ctx, min(sleep, within, due), p.wake) {
+			rel.woken()
+		}
 	}
 	p.log.Info("projector stopped")
 	return nil
@@ -341,14 +345,16 @@ func (rs *relayState) remove(ctx context.Context) {
 }
 
 // sleep waits for d, ctx, or a signal on wake (nil: none).
-func (p *OutboxProjector) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) {
+func (p *OutboxProjector) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) (woken bool) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 	case <-wake:
+		return true
 	case <-t.C:
 	}
+	return false
 }
 
 // settleTimeout bounds the database calls that record outcomes, which run

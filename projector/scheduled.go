@@ -9,8 +9,10 @@ import (
 
 // releaseRecheck is how long a projector goes at most without looking for
 // due scheduled messages while it runs: a message scheduled for sooner
-// than the one it knows of is found within it. An idle projector on
-// PostgreSQL is woken by the scheduling commit itself.
+// than the one it knows of is found within it. It is also the least time
+// between two looks while the projector stays busy; a wake-up (Wake, or
+// PostgreSQL's notification of the scheduling commit) always makes it
+// look, however soon after the last look it comes.
 const releaseRecheck = 50 * time.Millisecond
 
 // releaser moves due scheduled messages into the outbox before the
@@ -20,7 +22,14 @@ type releaser struct {
 	p    *OutboxProjector
 	next time.Time // when to look again, by the host's monotonic clock
 	due  time.Time // when the next known message falls due; zero: none known
+	// errDelay is the wait before looking again after a failed look: it
+	// doubles from releaseRecheck up to IdleSleep while looks fail.
+	errDelay time.Duration
 }
+
+// woken makes the next run look at once: the projector was woken, and the
+// wake may be the news of a message that falls due before any it knows of.
+func (r *releaser) woken() { r.next = time.Time{} }
 
 // run releases what is due when it is time to look, and returns how long
 // the projector may sleep before it must look again.
@@ -34,9 +43,17 @@ func (r *releaser) run(ctx context.Context) time.Duration {
 		if ctx.Err() == nil {
 			r.p.log.Error("releasing due scheduled messages failed", "err", err)
 		}
-		r.next, r.due = now.Add(r.p.cfg.IdleSleep), time.Time{}
+		// Look again soon, backing off while it fails: a transient error
+		// must not hold back what falls due meanwhile for a whole
+		// IdleSleep. A due time already known stays known.
+		r.errDelay = min(max(2*r.errDelay, releaseRecheck), max(r.p.cfg.IdleSleep, releaseRecheck))
+		r.next = now.Add(r.errDelay)
+		if r.due.IsZero() || r.due.After(r.next) {
+			r.due = r.next
+		}
 		return r.sleep(now)
 	}
+	r.errDelay = 0
 	r.p.metrics.released(res.Late)
 	r.due = time.Time{}
 	r.next = now.Add(releaseRecheck)

@@ -114,3 +114,77 @@ func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Fatalf("no metric %s", name)
 	return 0
 }
+
+// TestWakeSoonAfterALookIsNotLost: a projector rate-limits its look for due
+// scheduled messages while it is busy. A wake-up (Wake after a commit, or
+// PostgreSQL's notification) that lands within that limit of its last look
+// must still make it look: it is the only news of a new due time an idle
+// projector gets before its IdleSleep. Here each message is scheduled (and
+// the projector woken) the moment the one before it is published, a few
+// milliseconds after the look that released it, and each must arrive near
+// its due time, not a minute later by the poll.
+func TestWakeSoonAfterALookIsNotLost(t *testing.T) {
+	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend, db *gorm.DB) {
+		ctx := context.Background()
+		e := setup(t, db)
+		rec := &recorder{notify: make(chan string, 64)}
+		cfg := fastConfig()
+		cfg.IdleSleep = time.Minute
+		cfg.DisableNotify = true // only Wake tells it; the notification would be a second chance
+		p, err := projector.New(e.store, rec, cfg)
+		require.NoError(t, err)
+		runProjector(t, p)
+		time.Sleep(100 * time.Millisecond)
+
+		const n = 5
+		for i := range n {
+			require.NoError(t, db.Transaction(func(tx *gorm.DB) error {
+				_, err := e.store.Schedule(ctx, tx, "order.payment_due", map[string]int{"i": i},
+					outbox.After(time.Millisecond), &outbox.ScheduleOpts{Key: fmt.Sprint("k-", i)})
+				return err
+			}))
+			p.Wake()
+			select {
+			case <-rec.notify:
+			case <-time.After(15 * time.Second):
+				t.Fatalf("message %d of %d not published within 15s of its due time: the wake was lost", i+1, n)
+			}
+		}
+	})
+}
+
+// TestReleaseRetriesSoonAfterAnError: a failed look for due messages (the
+// table locked away, a dropped connection) is retried with a short backoff,
+// not after the projector's IdleSleep, so a message that falls due during
+// an outage is relayed soon after it ends.
+func TestReleaseRetriesSoonAfterAnError(t *testing.T) {
+	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend, db *gorm.DB) {
+		ctx := context.Background()
+		e := setup(t, db)
+		rec := &recorder{notify: make(chan string, 4)}
+		cfg := fastConfig()
+		cfg.IdleSleep = time.Minute
+		cfg.DisableNotify = true
+		p, err := projector.New(e.store, rec, cfg)
+		require.NoError(t, err)
+		runProjector(t, p)
+
+		require.NoError(t, db.Transaction(func(tx *gorm.DB) error {
+			_, err := e.store.Schedule(ctx, tx, "order.payment_due", map[string]int{"i": 1},
+				outbox.After(300*time.Millisecond), &outbox.ScheduleOpts{Key: "k"})
+			return err
+		}))
+		p.Wake()
+		time.Sleep(50 * time.Millisecond) // it has looked and knows the due time
+		require.NoError(t, db.Exec(`ALTER TABLE outbox_scheduled RENAME TO outbox_scheduled_away`).Error)
+		time.Sleep(time.Second) // the due time passes; its looks fail
+		require.NoError(t, db.Exec(`ALTER TABLE outbox_scheduled_away RENAME TO outbox_scheduled`).Error)
+		start := time.Now()
+		select {
+		case <-rec.notify:
+			t.Logf("published %v after the table came back", time.Since(start))
+		case <-time.After(15 * time.Second):
+			t.Fatal("the message due during the outage was not published within 15s of its end")
+		}
+	})
+}
