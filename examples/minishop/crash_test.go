@@ -35,8 +35,8 @@ func TestKilledUnderLoadOnTheEmbeddedDefault(t *testing.T) {
 	db, err := embeddb.Open(path, nil)
 	require.NoError(t, err)
 	defer func() { sqlDB, _ := db.DB(); _ = sqlDB.Close() }()
-	killUnderLoad(t, db, []string{"DATABASE_URL=", "AMQP_URL="}, "-db", path)
-	requireReservedOnce(t, db)
+	last := killUnderLoad(t, db, []string{"DATABASE_URL=", "AMQP_URL="}, "-db", path)
+	requireReservedOnce(t, db, last)
 }
 
 // TestKilledUnderLoadOnPostgresWithoutBroker is
@@ -45,8 +45,8 @@ func TestKilledUnderLoadOnTheEmbeddedDefault(t *testing.T) {
 func TestKilledUnderLoadOnPostgresWithoutBroker(t *testing.T) {
 	t.Parallel()
 	db, dsn := testenv.Postgres(t)
-	killUnderLoad(t, db, []string{"DATABASE_URL=" + dsn, "AMQP_URL="})
-	requireReservedOnce(t, db)
+	last := killUnderLoad(t, db, []string{"DATABASE_URL=" + dsn, "AMQP_URL="})
+	requireReservedOnce(t, db, last)
 }
 
 // roundOrders bounds the orders one round of killUnderLoad places, so that
@@ -59,7 +59,7 @@ const roundOrders = 80
 // at least 10 of them (so some orders are applied, some relayed and in
 // flight, some not relayed), and does it again; then it starts minishop
 // once more, to be stopped at cleanup.
-func killUnderLoad(t *testing.T, db *gorm.DB, env []string, args ...string) {
+func killUnderLoad(t *testing.T, db *gorm.DB, env []string, args ...string) *proc {
 	t.Helper()
 	args = append(args, "-addr", "127.0.0.1:0", "-lease", crashLease.String())
 	client := &http.Client{Timeout: 10 * time.Second}
@@ -110,15 +110,17 @@ func killUnderLoad(t *testing.T, db *gorm.DB, env []string, args ...string) {
 		wg.Wait()
 		t.Logf("round %d: %d orders placed, %d reserved before the kill", round, placed.Load(), reserved()-before)
 	}
-	start(t, env, args...)
+	return start(t, env, args...)
 }
 
 // requireReservedOnce waits until the outbox is relayed and the inventory
 // has reserved every placed order, then checks that it reserved each
 // exactly once: one reservation per order and, per sku, as much reserved
 // stock as the orders hold. It fails with the counts when an order is
-// still not reserved well after every lease a killed process held ended.
-func requireReservedOnce(t *testing.T, db *gorm.DB) {
+// still not reserved well after every lease a killed process held ended,
+// and then logs what the running process last said and where the
+// messages wait.
+func requireReservedOnce(t *testing.T, db *gorm.DB, running *proc) {
 	t.Helper()
 	var orders, placedEvents, reservations, pending int64
 	count := func() {
@@ -148,6 +150,7 @@ func requireReservedOnce(t *testing.T, db *gorm.DB) {
 		t.Logf("some of them: %+v", rows)
 	}
 	if !settled || reservations != orders {
+		logStall(t, db, running)
 		var missing int64
 		require.NoError(t, db.Model(&order.Order{}).
 			Where("id NOT IN (?)", db.Model(&inventory.Reservation{}).Select("id")).Count(&missing).Error)
@@ -169,4 +172,28 @@ func requireReservedOnce(t *testing.T, db *gorm.DB) {
 	var applied int64
 	require.NoError(t, db.Table("inbox_messages").Where("consumer = ?", inventoryGroup).Count(&applied).Error)
 	assert.Equal(t, orders, applied, "the inventory's inbox holds each order.placed once")
+}
+
+// logStall logs the end of the running process's log and, on the database
+// bus, how each group's deliveries wait: what a stalled settle needs to be
+// told from a slow one.
+func logStall(t *testing.T, db *gorm.DB, running *proc) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(running.log()), "\n")
+	t.Logf("the running minishop's last %d log lines:\n%s", min(len(lines), 40), strings.Join(lines[max(len(lines)-40, 0):], "\n"))
+	var outbox []map[string]any
+	if err := db.Table("outbox_events").Select("topic, status, attempts, locked_by, locked_until, available_at").
+		Where("status <> 'sent'").Limit(5).Find(&outbox).Error; err == nil {
+		t.Logf("outbox rows not sent: %v", outbox)
+	}
+	var queues []map[string]any
+	if err := db.Table("dbbus_deliveries").
+		Select("group_name, lease_token IS NOT NULL AS leased, count(*) AS n, max(attempts) AS max_attempts, min(leased_until) AS first_lease_end").
+		Group("group_name, lease_token IS NOT NULL").Find(&queues).Error; err == nil {
+		t.Logf("database bus deliveries: %v", queues)
+	}
+	var owners []map[string]any
+	if err := db.Table("dbbus_queue_owners").Find(&owners).Error; err == nil {
+		t.Logf("database bus queue owners: %v", owners)
+	}
 }
