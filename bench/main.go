@@ -135,6 +135,8 @@ func parseFlags() (options, *env, error) {
 	flag.Float64Var(&o.scheduled.CancelRate, "scheduled-cancel-rate", 10000, "scheduled: cancels per second offered")
 	flag.IntVar(&o.scheduled.Cancellers, "scheduled-cancellers", 32, "scheduled: goroutines cancelling, each in its own transaction")
 	flag.DurationVar(&o.scheduled.CancelAhead, "scheduled-cancel-ahead", 500*time.Millisecond, "scheduled: how long before the first due time the cancels start (negative: after, racing the release)")
+	flag.IntVar(&o.scheduled.CancelsPerTx, "scheduled-cancels-per-tx", 1, "scheduled: cancels one transaction makes")
+	flag.BoolVar(&o.scheduled.CancelPeer, "scheduled-cancel-peer", true, "scheduled: measure a bare DELETE by key beside the cancels")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	flag.StringVar(&o.from, "from", "", "measure nothing: print the tables of a results.json written earlier and redraw its chart")
 	flag.StringVar(&e.pgDSN, "pg", "host=127.0.0.1 port=5432 user=postgres dbname=test sslmode=disable", "PostgreSQL keyword/value DSN (search_path is added)")

@@ -18,7 +18,11 @@ type ScheduledReport struct {
 	BentoOverPeerP99 float64 `json:"bento_over_peer_p99,omitempty"`
 	// Cancel is the median cancel rate achieved over the runs, and the
 	// sums of what went wrong.
-	CancelAchieved     float64 `json:"cancel_achieved_per_second,omitempty"`
+	CancelAchieved float64 `json:"cancel_achieved_per_second,omitempty"`
+	// CancelPeerAchieved is the bare DELETE's median rate, and
+	// CancelOverPeer bento's median over it (1: as fast).
+	CancelPeerAchieved float64 `json:"cancel_peer_achieved_per_second,omitempty"`
+	CancelOverPeer     float64 `json:"cancel_over_peer,omitempty"`
 	CancelTooLate      int     `json:"cancel_too_late"`
 	Lost               int     `json:"lost"`
 	Duplicates         int     `json:"duplicate_deliveries"`
@@ -62,17 +66,21 @@ func summarizeScheduled(runs []scheduledResult, cfg scheduledConfig) *ScheduledR
 		b, p := s.Rows[0], s.Rows[1]
 		s.BentoOverPeerP50, s.BentoOverPeerP95, s.BentoOverPeerP99 = ratio(b.P50, p.P50), ratio(b.P95, p.P95), ratio(b.P99, p.P99)
 	}
-	var rates []float64
+	var rates, peer []float64
 	for _, run := range runs {
 		if c := run.Cancel; c != nil {
 			rates = append(rates, c.Achieved)
+			if c.PeerAchieved > 0 {
+				peer = append(peer, c.PeerAchieved)
+			}
 			s.CancelTooLate += c.TooLate
 			s.Lost += c.Lost
 			s.Duplicates += c.Duplicates
 			s.CancelledDelivered += c.CancelledDelivered
 		}
 	}
-	s.CancelAchieved = median(rates)
+	s.CancelAchieved, s.CancelPeerAchieved = median(rates), median(peer)
+	s.CancelOverPeer = ratio(s.CancelAchieved, s.CancelPeerAchieved)
 	return s
 }
 
@@ -111,7 +119,11 @@ func printScheduled(w io.Writer, s *ScheduledReport) {
 		fmt.Fprintf(w, "bento / bare poller: p50 %.2f, p95 %.2f, p99 %.2f\n", s.BentoOverPeerP50, s.BentoOverPeerP95, s.BentoOverPeerP99)
 	}
 	if c.CancelMessages > 0 {
-		fmt.Fprintf(w, "cancel: %s/s offered, %s/s achieved (median); %d too late, %d lost, %d duplicates, %d cancelled but delivered (all runs)\n",
-			thousands(c.CancelRate), thousands(s.CancelAchieved), s.CancelTooLate, s.Lost, s.Duplicates, s.CancelledDelivered)
+		fmt.Fprintf(w, "cancel: %d per transaction, %s/s offered, %s/s achieved (median); %d too late, %d lost, %d duplicates, %d cancelled but delivered (all runs)\n",
+			c.cancelsPerTx(), thousands(c.CancelRate), thousands(s.CancelAchieved), s.CancelTooLate, s.Lost, s.Duplicates, s.CancelledDelivered)
+		if s.CancelPeerAchieved > 0 {
+			fmt.Fprintf(w, "cancel peer (bare DELETE by key, the same pacing): %s/s achieved (median); bento / peer %.2f\n",
+				thousands(s.CancelPeerAchieved), s.CancelOverPeer)
+		}
 	}
 }

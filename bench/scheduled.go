@@ -41,7 +41,15 @@ type scheduledConfig struct {
 	// cancels start; negative: after, so that the first cancels race the
 	// release of their messages.
 	CancelAhead time.Duration `json:"cancel_ahead_ns"`
+	// CancelsPerTx is how many cancels one transaction makes (0 or 1:
+	// each its own), as a handler that cancels several timeouts does.
+	CancelsPerTx int `json:"cancels_per_tx,omitempty"`
+	// CancelPeer measures the bare DELETE beside bento's cancels.
+	CancelPeer bool `json:"cancel_peer,omitempty"`
 }
+
+// cancelsPerTx is CancelsPerTx, at least 1.
+func (c scheduledConfig) cancelsPerTx() int { return max(c.CancelsPerTx, 1) }
 
 func (c scheduledConfig) validate() error {
 	var errs []error
@@ -56,6 +64,9 @@ func (c scheduledConfig) validate() error {
 	}
 	if c.CancelMessages < 0 || c.CancelMessages > 0 && c.CancelRate <= 0 {
 		errs = append(errs, errors.New("-scheduled-cancel-messages must not be negative, -scheduled-cancel-rate positive"))
+	}
+	if c.CancelsPerTx < 0 {
+		errs = append(errs, fmt.Errorf("-scheduled-cancels-per-tx: %d, must not be negative", c.CancelsPerTx))
 	}
 	return errors.Join(errs...)
 }
@@ -331,6 +342,14 @@ type cancelRun struct {
 	Attempted int     `json:"attempted"`
 	Offered   float64 `json:"offered_per_second"`
 	Achieved  float64 `json:"achieved_per_second"`
+	// PerTransaction is how many cancels one transaction makes; Cancel
+	// is the transactions' latencies.
+	PerTransaction int `json:"per_transaction"`
+	// PeerAchieved and PeerCancel are the bare DELETE's rate and
+	// transaction latencies, the same cancels paced the same way (see
+	// cancelPeer); zero without a peer.
+	PeerAchieved float64   `json:"peer_achieved_per_second,omitempty"`
+	PeerCancel   latencies `json:"peer_cancel"`
 	// Cancelled committed; TooLate lost the race to the release
 	// (outbox.ErrCancelTooLate) and must be delivered.
 	Cancelled int       `json:"cancelled"`
@@ -413,62 +432,44 @@ func schedCancel(ctx context.Context, b *steadyBed, cfg scheduledConfig) (cancel
 		stFailed
 	)
 	state := make([]int, n)
-	took := make([]time.Duration, len(targets))
-	p := &pacer{rate: cfg.CancelRate, total: len(targets)}
-	jobs := make(chan job, len(targets))
-	cstart := time.Now()
-	sctx, scancel := context.WithCancel(ctx)
-	go schedule(sctx, p, cstart, steadyTick, jobs)
 	var (
-		wg      sync.WaitGroup
-		lastEnd atomic.Int64
-		firstE  error
-		emu     sync.Mutex
+		firstE error
+		emu    sync.Mutex
 	)
-	for range cfg.Cancellers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range jobs {
-				i := targets[j.seq]
-				s := time.Now()
-				var cancelled int64
-				err := b.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-					var err error
-					cancelled, err = store.Cancel(ctx, tx, key(i), nil)
-					return err
-				})
-				took[j.seq] = time.Since(s)
+	achieved, took := paceCancels(ctx, cfg, len(targets), func(ctx context.Context, seqs []int) {
+		outcome := make([]int, len(seqs))
+		err := b.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+			for k, j := range seqs {
+				cancelled, err := store.Cancel(ctx, tx, key(targets[j]), nil)
 				switch {
 				case err == nil && cancelled > 0:
-					state[i] = stCancelled
+					outcome[k] = stCancelled
 				case errors.Is(err, outbox.ErrCancelTooLate):
-					state[i] = stTooLate
+					outcome[k] = stTooLate
+				case err == nil:
+					return fmt.Errorf("cancel %s: nothing cancelled and no error", key(targets[j]))
 				default:
-					state[i] = stFailed
-					emu.Lock()
-					if firstE == nil {
-						firstE = fmt.Errorf("cancel %s: %d cancelled, %w", key(i), cancelled, err)
-					}
-					emu.Unlock()
-				}
-				end := int64(time.Since(cstart))
-				for {
-					old := lastEnd.Load()
-					if end <= old || lastEnd.CompareAndSwap(old, end) {
-						break
-					}
+					return fmt.Errorf("cancel %s: %w", key(targets[j]), err)
 				}
 			}
-		}()
-	}
-	wg.Wait()
-	scancel()
-	r := cancelRun{Messages: n, Attempted: len(targets), Offered: cfg.CancelRate}
-	if d := time.Duration(lastEnd.Load()); d > 0 {
-		r.Achieved = float64(len(targets)) / d.Seconds()
-	}
-	r.Cancel = summarize(took)
+			return nil
+		})
+		for k, j := range seqs {
+			if err != nil {
+				outcome[k] = stFailed
+			}
+			state[targets[j]] = outcome[k]
+		}
+		if err != nil {
+			emu.Lock()
+			if firstE == nil {
+				firstE = err
+			}
+			emu.Unlock()
+		}
+	})
+	r := cancelRun{Messages: n, Attempted: len(targets), Offered: cfg.CancelRate, PerTransaction: cfg.cancelsPerTx(),
+		Achieved: achieved, Cancel: summarize(took)}
 	for i := range n {
 		switch state[i] {
 		case stCancelled:
@@ -503,6 +504,55 @@ func schedCancel(ctx context.Context, b *steadyBed, cfg scheduledConfig) (cancel
 		err = fmt.Errorf("%d cancels failed, the first: %w", r.Failed, err)
 	}
 	return r, errors.Join(err, ctx.Err(), relay.stop())
+}
+
+// paceCancels hands the cancels [0, total) to cfg.Cancellers goroutines,
+// cfg.cancelsPerTx() at a time in order, paced open-loop so that
+// cfg.CancelRate cancels a second are offered, and calls do for each group
+// (one transaction). It returns the cancels completed per second, from the
+// first's start to the last's end, and each group's latency.
+func paceCancels(ctx context.Context, cfg scheduledConfig, total int, do func(ctx context.Context, seqs []int)) (float64, []time.Duration) {
+	per := cfg.cancelsPerTx()
+	groups := (total + per - 1) / per
+	took := make([]time.Duration, groups)
+	p := &pacer{rate: cfg.CancelRate / float64(per), total: groups}
+	jobs := make(chan job, groups)
+	start := time.Now()
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go schedule(sctx, p, start, steadyTick, jobs)
+	var (
+		wg      sync.WaitGroup
+		lastEnd atomic.Int64
+	)
+	for range cfg.Cancellers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			seqs := make([]int, 0, per)
+			for j := range jobs {
+				seqs = seqs[:0]
+				for i := j.seq * per; i < min((j.seq+1)*per, total); i++ {
+					seqs = append(seqs, i)
+				}
+				s := time.Now()
+				do(ctx, seqs)
+				took[j.seq] = time.Since(s)
+				end := int64(time.Since(start))
+				for {
+					old := lastEnd.Load()
+					if end <= old || lastEnd.CompareAndSwap(old, end) {
+						break
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if d := time.Duration(lastEnd.Load()); d > 0 {
+		return float64(total) / d.Seconds(), took
+	}
+	return 0, took
 }
 
 // scheduledResult is one run of the scheduled scenario.
@@ -549,9 +599,19 @@ func runScheduled(ctx context.Context, e *env, cfg scheduledConfig, report func(
 		if err != nil {
 			return res, fmt.Errorf("cancel: %w", err)
 		}
-		report(fmt.Sprintf("cancel: %d of %d messages at %s/s offered, %s/s achieved (cancel p50 %.2f ms, p99 %.2f ms): %d cancelled, %d too late; %d/%d expected received, %d lost, %d duplicates, %d cancelled but delivered",
-			c.Attempted, c.Messages, thousands(c.Offered), thousands(c.Achieved), c.Cancel.P50, c.Cancel.P99, c.Cancelled, c.TooLate,
+		if cfg.CancelPeer {
+			c.PeerAchieved, c.PeerCancel, err = cancelPeer(ctx, b, cfg, c.Attempted)
+			if err != nil {
+				return res, fmt.Errorf("cancel peer: %w", err)
+			}
+		}
+		report(fmt.Sprintf("cancel: %d of %d messages, %d per transaction, at %s/s offered, %s/s achieved (transaction p50 %.2f ms, p99 %.2f ms): %d cancelled, %d too late; %d/%d expected received, %d lost, %d duplicates, %d cancelled but delivered",
+			c.Attempted, c.Messages, c.PerTransaction, thousands(c.Offered), thousands(c.Achieved), c.Cancel.P50, c.Cancel.P99, c.Cancelled, c.TooLate,
 			c.Received, c.Expected, c.Lost, c.Duplicates, c.CancelledDelivered))
+		if cfg.CancelPeer {
+			report(fmt.Sprintf("cancel peer: bare DELETE by key, %s/s achieved (transaction p50 %.2f ms, p99 %.2f ms); bento / peer %.2f",
+				thousands(c.PeerAchieved), c.PeerCancel.P50, c.PeerCancel.P99, ratio(c.Achieved, c.PeerAchieved)))
+		}
 		res.Cancel = &c
 	}
 	return res, nil

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/bentoevents/bento/messaging"
@@ -206,4 +208,78 @@ func peerPollOnce(ctx context.Context, conn *pgx.Conn, ch *amqp.Channel, exchang
 		return 0, err
 	}
 	return len(batch), tx.Commit(ctx)
+}
+
+// The bare cancel: the same cancels as bento's, paced the same way, as
+// plain DELETEs by key over pgx on a plain table with the key as its
+// primary key. Nothing is relayed: it measures what cancelling by key costs
+// the database here, the ceiling bento's cancels are read against.
+const peerCancelTableSQL = `CREATE TABLE IF NOT EXISTS bare_cancel (
+  key text PRIMARY KEY,
+  due_at timestamptz NOT NULL
+);
+TRUNCATE bare_cancel`
+
+// cancelPeer fills bare_cancel with n keys and deletes every other one, as
+// bento's cancellation does (targets of them, cfg.cancelsPerTx() per
+// transaction, from cfg.Cancellers connections at cfg.CancelRate). It
+// returns the deletes per second and the transactions' latencies.
+func cancelPeer(ctx context.Context, b *steadyBed, cfg scheduledConfig, targets int) (float64, latencies, error) {
+	n := cfg.CancelMessages
+	pcfg, err := pgxpool.ParseConfig(b.schema.DSN)
+	if err != nil {
+		return 0, latencies{}, err
+	}
+	pcfg.MaxConns = int32(cfg.Cancellers)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return 0, latencies{}, err
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, peerCancelTableSQL); err != nil {
+		return 0, latencies{}, err
+	}
+	due := time.Now().Add(time.Hour)
+	rows := make([][]any, n)
+	for i := range rows {
+		rows[i] = []any{fmt.Sprint("k-", i), due}
+	}
+	if _, err := pool.CopyFrom(ctx, pgx.Identifier{"bare_cancel"}, []string{"key", "due_at"}, pgx.CopyFromRows(rows)); err != nil {
+		return 0, latencies{}, err
+	}
+	if _, err := pool.Exec(ctx, "ANALYZE bare_cancel"); err != nil {
+		return 0, latencies{}, err
+	}
+	var (
+		mu     sync.Mutex
+		firstE error
+		missed int
+	)
+	achieved, took := paceCancels(ctx, cfg, targets, func(ctx context.Context, seqs []int) {
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			for _, j := range seqs {
+				tag, err := tx.Exec(ctx, `DELETE FROM bare_cancel WHERE key = $1`, fmt.Sprint("k-", 2*j+1))
+				if err != nil {
+					return err
+				}
+				if tag.RowsAffected() != 1 {
+					mu.Lock()
+					missed++
+					mu.Unlock()
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			mu.Lock()
+			if firstE == nil {
+				firstE = err
+			}
+			mu.Unlock()
+		}
+	})
+	if firstE == nil && missed > 0 {
+		firstE = fmt.Errorf("%d deletes found no row", missed)
+	}
+	return achieved, summarize(took), firstE
 }

@@ -261,7 +261,8 @@ func TestSmokeScheduled(t *testing.T) {
 	defer cancel()
 	cfg := scheduledConfig{Messages: 300, Spread: time.Second, Lead: 3 * time.Second, Writers: 2,
 		PeerPoll: 10 * time.Millisecond, CancelMessages: 400, CancelSpread: 500 * time.Millisecond, CancelRate: 1000, Cancellers: 4,
-		CancelAhead: -200 * time.Millisecond} // the first cancels race the release
+		CancelAhead:  -200 * time.Millisecond, // the first cancels race the release
+		CancelsPerTx: 3, CancelPeer: true}     // 67 transactions, the last of two
 	res, err := runScheduled(ctx, e, cfg, func(s string) { t.Log(s) })
 	if err != nil {
 		t.Fatal(err)
@@ -288,12 +289,16 @@ func TestSmokeScheduled(t *testing.T) {
 		t.Errorf("cancel: %+v", c)
 	}
 	t.Logf("cancel: %d cancelled, %d too late (released first, so delivered)", c.Cancelled, c.TooLate)
+	if groups := (c.Attempted + 2) / 3; c.PerTransaction != 3 || c.Cancel.Count != groups || c.PeerCancel.Count != groups || c.PeerAchieved <= 0 {
+		t.Errorf("cancel: %d per transaction, %d transactions, the peer's %d at %v/s; want 3 per transaction, %d transactions each",
+			c.PerTransaction, c.Cancel.Count, c.PeerCancel.Count, c.PeerAchieved, groups)
+	}
 	if c.Lost != 0 || c.CancelledDelivered != 0 || c.Duplicates != 0 || c.Unknown != 0 || c.Received != c.Expected {
 		t.Errorf("cancel: %d lost, %d cancelled but delivered, %d duplicates, %d unknown, %d of %d expected received",
 			c.Lost, c.CancelledDelivered, c.Duplicates, c.Unknown, c.Received, c.Expected)
 	}
 	rep := &Report{Runs: 1, Scheduled: summarizeScheduled([]scheduledResult{res}, cfg)}
-	if s := rep.Scheduled; len(s.Rows) != 2 || s.BentoOverPeerP50 <= 0 || len(rep.targets()) != 5 {
+	if s := rep.Scheduled; len(s.Rows) != 2 || s.BentoOverPeerP50 <= 0 || s.CancelOverPeer <= 0 || len(rep.targets()) != 5 {
 		t.Errorf("summary %+v, targets %+v", s, rep.targets())
 	}
 	printReport(io.Discard, rep)
