@@ -126,28 +126,15 @@ func bareBatchOnce(ctx context.Context, conn *pgx.Conn, ch *amqp.Channel, exchan
 	if len(batch) == 0 {
 		return 0, tx.Commit(ctx)
 	}
-	confirms := make([]*amqp.DeferredConfirmation, len(batch))
 	ids := make([]string, len(batch))
+	keys := make([]string, len(batch))
+	pubs := make([]amqp.Publishing, len(batch))
 	for i, r := range batch {
-		ids[i] = r.id
-		confirms[i], err = ch.PublishWithDeferredConfirmWithContext(ctx, exchange, r.topic, false, false, amqp.Publishing{
-			DeliveryMode: amqp.Persistent,
-			ContentType:  "application/json",
-			MessageId:    r.id,
-			Body:         r.payload,
-		})
-		if err != nil {
-			return 0, fmt.Errorf("publish %s: %w", r.id, err)
-		}
+		ids[i], keys[i] = r.id, r.topic
+		pubs[i] = amqp.Publishing{DeliveryMode: amqp.Persistent, ContentType: "application/json", MessageId: r.id, Body: r.payload}
 	}
-	for i, c := range confirms {
-		ok, err := c.WaitContext(ctx)
-		if err != nil {
-			return 0, err
-		}
-		if !ok {
-			return 0, errors.New("broker nacked " + batch[i].id)
-		}
+	if err := publishConfirmed(ctx, ch, exchange, keys, pubs); err != nil {
+		return 0, err
 	}
 	t1 := time.Now()
 	defer func() { ph.settleD += time.Since(t1) }()
@@ -155,4 +142,28 @@ func bareBatchOnce(ctx context.Context, conn *pgx.Conn, ch *amqp.Channel, exchan
 		return 0, err
 	}
 	return len(batch), tx.Commit(ctx)
+}
+
+// publishConfirmed publishes pubs[i] to exchange under routing key
+// keys[i] on ch, which is in confirm mode, and waits for every confirm; a
+// nack is an error naming the message.
+func publishConfirmed(ctx context.Context, ch *amqp.Channel, exchange string, keys []string, pubs []amqp.Publishing) error {
+	confirms := make([]*amqp.DeferredConfirmation, len(pubs))
+	for i, p := range pubs {
+		c, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, keys[i], false, false, p)
+		if err != nil {
+			return fmt.Errorf("publish %s: %w", p.MessageId, err)
+		}
+		confirms[i] = c
+	}
+	for i, c := range confirms {
+		ok, err := c.WaitContext(ctx)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return errors.New("broker nacked " + pubs[i].MessageId)
+		}
+	}
+	return nil
 }

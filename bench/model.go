@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 
 	"gorm.io/gorm"
 
@@ -90,46 +89,25 @@ func seed(ctx context.Context, units *uow.Manager, prefix string, n int) error {
 			jobs <- job{first, count, events}
 		}
 	}()
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-	)
-	for range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range jobs {
-				err := units.Run(ctx, func(ctx context.Context, u *uow.UnitOfWork) error {
-					batch := make([]*Account, j.count)
-					for i := range batch {
-						a := &Account{Owner: "ann"}
-						a.ID = fmt.Sprintf("%s-%07d", prefix, j.first+i)
-						batch[i] = a
-					}
-					for e := 0; e < j.events; e++ {
-						if err := batch[e%j.count].Deposit(int64(e + 1)); err != nil {
-							return err
-						}
-					}
-					for _, a := range batch {
-						if err := u.Add(a); err != nil {
-							return err
-						}
-					}
-					return nil
-				})
-				if err != nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
-					return
+	return runWorkers(2, jobs, func(j job) error {
+		return units.Run(ctx, func(ctx context.Context, u *uow.UnitOfWork) error {
+			batch := make([]*Account, j.count)
+			for i := range batch {
+				a := &Account{Owner: "ann"}
+				a.ID = fmt.Sprintf("%s-%07d", prefix, j.first+i)
+				batch[i] = a
+			}
+			for e := 0; e < j.events; e++ {
+				if err := batch[e%j.count].Deposit(int64(e + 1)); err != nil {
+					return err
 				}
 			}
-		}()
-	}
-	wg.Wait()
-	for range jobs { // drain the producer if a worker stopped early
-	}
-	return errors.Join(errs...)
+			for _, a := range batch {
+				if err := u.Add(a); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
 }

@@ -133,34 +133,10 @@ func (t *schedTracker) duplicates() int {
 	return d
 }
 
-// startSchedReceiver consumes queue (manual acks, 2,000 unacked ahead)
-// into t until the returned stop is called.
+// startSchedReceiver consumes queue into t until the returned stop is
+// called.
 func startSchedReceiver(e *env, queue string, t *schedTracker) (stop func(), err error) {
-	conn, err := amqp.Dial(e.amqpURL)
-	if err != nil {
-		return nil, fmt.Errorf("dial AMQP: %w", err)
-	}
-	ch, err := conn.Channel()
-	if err == nil {
-		err = ch.Qos(2000, 0, false)
-	}
-	var deliveries <-chan amqp.Delivery
-	if err == nil {
-		deliveries, err = ch.Consume(queue, "", false, false, false, false, nil)
-	}
-	if err != nil {
-		_ = conn.Close()
-		return nil, fmt.Errorf("consume %s: %w", queue, err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for d := range deliveries {
-			t.deliver(d.Body, d.Headers, time.Now())
-			_ = d.Ack(false)
-		}
-	}()
-	return func() { _ = conn.Close(); <-done }, nil
+	return consumeQueue(e, queue, func(d amqp.Delivery) { t.deliver(d.Body, d.Headers, time.Now()) })
 }
 
 // waitSched waits until want messages were delivered at least once, or
@@ -250,69 +226,83 @@ func scheduleAll(ctx context.Context, db *gorm.DB, store *outbox.Store, n, write
 			}
 		}
 	}()
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-	)
-	for range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for first := range jobs {
-				err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-					for i := first; i < min(first+scheduleBatch, n); i++ {
-						var opts *outbox.ScheduleOpts
-						if key != nil {
-							opts = &outbox.ScheduleOpts{Key: key(i)}
-						}
-						if _, err := store.Schedule(ctx, tx, scheduledTopic, schedPayload{Seq: i}, outbox.At(due(i)), opts); err != nil {
-							return err
-						}
-					}
-					return nil
-				})
-				if err != nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
-					return
+	return runWorkers(writers, jobs, func(first int) error {
+		return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+			for i := first; i < min(first+scheduleBatch, n); i++ {
+				var opts *outbox.ScheduleOpts
+				if key != nil {
+					opts = &outbox.ScheduleOpts{Key: key(i)}
+				}
+				if _, err := store.Schedule(ctx, tx, scheduledTopic, schedPayload{Seq: i}, outbox.At(due(i)), opts); err != nil {
+					return err
 				}
 			}
-		}()
+			return nil
+		})
+	})
+}
+
+// schedStage is what a measurement of bento's scheduled messages runs on:
+// a fresh exchange and queue bound to scheduledTopic, a consumer of the
+// queue counting into tr, bento's projector relaying to the exchange, and
+// a store to schedule through.
+type schedStage struct {
+	b            *steadyBed
+	names        amqpNames
+	tr           *schedTracker
+	stopReceiver func()
+	relay        *bentoRelay
+	store        *outbox.Store
+}
+
+// openSchedStage sets up a schedStage for n messages. Its relay is stopped
+// by the measurement (relay.stop), the rest by close.
+func openSchedStage(ctx context.Context, b *steadyBed, n int) (_ *schedStage, err error) {
+	st := &schedStage{b: b, names: newAMQPNames(), tr: newSchedTracker(n)}
+	defer func() {
+		if err != nil {
+			if st.relay != nil {
+				err = errors.Join(err, st.relay.stop())
+			}
+			st.close()
+		}
+	}()
+	rcfg := &rabbitmq.Config{URL: b.e.amqpURL, Exchange: st.names.Exchange, Logger: b.e.log}
+	if err := rabbitmq.DeclareQueue(ctx, rcfg, st.names.Queue, scheduledTopic); err != nil {
+		return nil, err
 	}
-	wg.Wait()
-	return errors.Join(errs...)
+	if st.stopReceiver, err = startSchedReceiver(b.e, st.names.Queue, st.tr); err != nil {
+		return nil, err
+	}
+	if st.relay, err = startBentoRelay(ctx, b, rcfg); err != nil {
+		return nil, err
+	}
+	if st.store, err = outbox.NewStore(b.db, nil); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// close stops the consumer and deletes the exchange and queue.
+func (st *schedStage) close() {
+	if st.stopReceiver != nil {
+		st.stopReceiver()
+	}
+	if err := st.b.e.deleteTopology(st.names); err != nil {
+		st.b.e.log.Warn("cleanup", "err", err)
+	}
 }
 
 // schedBento schedules cfg.Messages through outbox.Store.Schedule while
 // bento's projector runs (as minishop runs it), and measures how late
 // after its due time each arrives at a consumer of RabbitMQ.
 func schedBento(ctx context.Context, b *steadyBed, cfg scheduledConfig) (schedRun, error) {
-	names := newAMQPNames()
-	defer func() {
-		if err := b.e.deleteTopology(names); err != nil {
-			b.e.log.Warn("cleanup", "err", err)
-		}
-	}()
-	rcfg := &rabbitmq.Config{URL: b.e.amqpURL, Exchange: names.Exchange, Logger: b.e.log}
-	if err := rabbitmq.DeclareQueue(ctx, rcfg, names.Queue, scheduledTopic); err != nil {
-		return schedRun{}, err
-	}
-	tr := newSchedTracker(cfg.Messages)
-	stop, err := startSchedReceiver(b.e, names.Queue, tr)
+	st, err := openSchedStage(ctx, b, cfg.Messages)
 	if err != nil {
 		return schedRun{}, err
 	}
-	defer stop()
-	relay, err := startBentoRelay(ctx, b, rcfg)
-	if err != nil {
-		return schedRun{}, err
-	}
-	store, err := outbox.NewStore(b.db, nil)
-	if err != nil {
-		return schedRun{}, errors.Join(err, relay.stop())
-	}
+	tr, relay, store := st.tr, st.relay, st.store
+	defer st.close()
 	start := time.Now()
 	t0 := start.Add(cfg.Lead)
 	due := func(i int) time.Time { return dueTime(t0, i, cfg.Messages, cfg.Spread) }
@@ -377,30 +367,12 @@ type cancelRun struct {
 // its cancel committed, and then never.
 func schedCancel(ctx context.Context, b *steadyBed, cfg scheduledConfig) (cancelRun, error) {
 	n := cfg.CancelMessages
-	names := newAMQPNames()
-	defer func() {
-		if err := b.e.deleteTopology(names); err != nil {
-			b.e.log.Warn("cleanup", "err", err)
-		}
-	}()
-	rcfg := &rabbitmq.Config{URL: b.e.amqpURL, Exchange: names.Exchange, Logger: b.e.log}
-	if err := rabbitmq.DeclareQueue(ctx, rcfg, names.Queue, scheduledTopic); err != nil {
-		return cancelRun{}, err
-	}
-	tr := newSchedTracker(n)
-	stop, err := startSchedReceiver(b.e, names.Queue, tr)
+	st, err := openSchedStage(ctx, b, n)
 	if err != nil {
 		return cancelRun{}, err
 	}
-	defer stop()
-	relay, err := startBentoRelay(ctx, b, rcfg)
-	if err != nil {
-		return cancelRun{}, err
-	}
-	store, err := outbox.NewStore(b.db, nil)
-	if err != nil {
-		return cancelRun{}, errors.Join(err, relay.stop())
-	}
+	tr, relay, store := st.tr, st.relay, st.store
+	defer st.close()
 	prefix := "c" + randomHex(3) + "-"
 	key := func(i int) string { return prefix + strconv.Itoa(i) }
 	start := time.Now()

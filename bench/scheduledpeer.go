@@ -180,29 +180,16 @@ func peerPollOnce(ctx context.Context, conn *pgx.Conn, ch *amqp.Channel, exchang
 	if len(batch) == 0 {
 		return 0, tx.Commit(ctx)
 	}
-	confirms := make([]*amqp.DeferredConfirmation, len(batch))
 	ids := make([]int64, len(batch))
+	keys := make([]string, len(batch))
+	pubs := make([]amqp.Publishing, len(batch))
 	for i, r := range batch {
-		ids[i] = r.id
-		confirms[i], err = ch.PublishWithDeferredConfirmWithContext(ctx, exchange, r.topic, false, false, amqp.Publishing{
-			DeliveryMode: amqp.Persistent,
-			ContentType:  "application/json",
-			MessageId:    fmt.Sprint(r.id),
-			Headers:      amqp.Table{messaging.MetaDueAt: r.due.UTC().Format(time.RFC3339Nano)},
-			Body:         r.payload,
-		})
-		if err != nil {
-			return 0, fmt.Errorf("publish %d: %w", r.id, err)
-		}
+		ids[i], keys[i] = r.id, r.topic
+		pubs[i] = amqp.Publishing{DeliveryMode: amqp.Persistent, ContentType: "application/json", MessageId: fmt.Sprint(r.id),
+			Headers: amqp.Table{messaging.MetaDueAt: r.due.UTC().Format(time.RFC3339Nano)}, Body: r.payload}
 	}
-	for i, c := range confirms {
-		ok, err := c.WaitContext(ctx)
-		if err != nil {
-			return 0, err
-		}
-		if !ok {
-			return 0, fmt.Errorf("broker nacked %d", batch[i].id)
-		}
+	if err := publishConfirmed(ctx, ch, exchange, keys, pubs); err != nil {
+		return 0, err
 	}
 	if _, err := tx.Exec(ctx, peerSchedDeleteSQL, ids); err != nil {
 		return 0, err

@@ -262,14 +262,10 @@ func waitReceived(ctx context.Context, tr *tracker, want int, timeout time.Durat
 	}
 }
 
-// receiver consumes a queue with amqp091 directly (manual acks, 2,000
-// unacked ahead) and records each message's receipt in tr.
-type receiver struct {
-	conn *amqp.Connection
-	done chan struct{}
-}
-
-func startReceiver(e *env, queue string, tr *tracker) (*receiver, error) {
+// consumeQueue consumes queue with amqp091 directly (manual acks, 2,000
+// unacked ahead), handing each delivery to handle and then acking it,
+// until the returned stop is called.
+func consumeQueue(e *env, queue string, handle func(amqp.Delivery)) (stop func(), err error) {
 	conn, err := amqp.Dial(e.amqpURL)
 	if err != nil {
 		return nil, fmt.Errorf("dial AMQP: %w", err)
@@ -286,26 +282,28 @@ func startReceiver(e *env, queue string, tr *tracker) (*receiver, error) {
 		_ = conn.Close()
 		return nil, fmt.Errorf("consume %s: %w", queue, err)
 	}
-	r := &receiver{conn: conn, done: make(chan struct{})}
+	done := make(chan struct{})
 	go func() {
-		defer close(r.done)
+		defer close(done)
 		for d := range deliveries {
-			at := tr.now()
-			seq, err := parseSeq(d.Body)
-			if err != nil {
-				tr.unknowns.Add(1)
-			} else {
-				tr.receive(seq, at)
-			}
+			handle(d)
 			_ = d.Ack(false)
 		}
 	}()
-	return r, nil
+	return func() { _ = conn.Close(); <-done }, nil
 }
 
-func (r *receiver) close() {
-	_ = r.conn.Close()
-	<-r.done
+// startReceiver consumes queue into tr, recording each message's receipt.
+func startReceiver(e *env, queue string, tr *tracker) (stop func(), err error) {
+	return consumeQueue(e, queue, func(d amqp.Delivery) {
+		at := tr.now()
+		seq, err := parseSeq(d.Body)
+		if err != nil {
+			tr.unknowns.Add(1)
+			return
+		}
+		tr.receive(seq, at)
+	})
 }
 
 // newAccounts creates n accounts named prefix-<i> in one unit of work and
@@ -591,15 +589,9 @@ func (p timedPublisher) PublishBatch(ctx context.Context, batch []messaging.Outg
 // returns how to stop.
 type receiveFunc func(tr *tracker) (stop func(), err error)
 
-// fromQueue is a receiveFunc that consumes queue with a receiver.
+// fromQueue is a receiveFunc that consumes queue (startReceiver).
 func fromQueue(e *env, queue string) receiveFunc {
-	return func(tr *tracker) (func(), error) {
-		rcv, err := startReceiver(e, queue, tr)
-		if err != nil {
-			return nil, err
-		}
-		return rcv.close, nil
-	}
+	return func(tr *tracker) (func(), error) { return startReceiver(e, queue, tr) }
 }
 
 // measureRate offers rate events/s through commit while relay runs (it is
