@@ -108,13 +108,7 @@ func (c *cli) consumerDeadList(ctx context.Context, args []string) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\n", d.MessageID, d.EventType, deadAggregate(d), orDash(d.Cause),
 			d.Attempts, timeOrDashValue(d.DeadAt), d.Replays, oneLine(d.Error, 60))
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if len(dead) == limit {
-		fmt.Fprintf(c.stdout, "(first %d; raise --limit or narrow the filter for more)\n", limit)
-	}
-	return nil
+	return c.flushListing(tw, len(dead), limit)
 }
 
 func (c *cli) consumerDeadShow(ctx context.Context, args []string) error {

@@ -96,13 +96,7 @@ func (c *cli) deadList(ctx context.Context, args []string) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", m.ID, m.TenantID, m.Topic, aggregateOf(&m), m.Attempts,
 			timeOrDash(m.FailedAt), oneLine(deref(m.LastError), 60))
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if len(rows) == limit {
-		fmt.Fprintf(c.stdout, "(first %d; raise --limit or narrow the filter for more)\n", limit)
-	}
-	return nil
+	return c.flushListing(tw, len(rows), limit)
 }
 
 func (c *cli) deadShow(ctx context.Context, args []string) error {

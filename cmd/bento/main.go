@@ -268,3 +268,15 @@ func (c *cli) confirm(yes bool, question string) error {
 	}
 	return errDeclined
 }
+
+// flushListing writes out a listing of shown rows and, when a --limit of
+// limit cut it, says so.
+func (c *cli) flushListing(tw *tabwriter.Writer, shown, limit int) error {
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if shown == limit {
+		fmt.Fprintf(c.stdout, "(first %d; raise --limit or narrow the filter for more)\n", limit)
+	}
+	return nil
+}

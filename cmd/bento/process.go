@@ -63,13 +63,7 @@ func (c *cli) processList(ctx context.Context, args []string) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", orDash(p.Process), p.TenantID, p.Key, p.Version, status,
 			timeOrDashValue(p.StartedAt), timeOrDashValue(p.UpdatedAt), timeoutNames(p.Timeouts))
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if len(rows) == limit {
-		fmt.Fprintf(c.stdout, "(first %d; raise --limit or narrow the filter for more)\n", limit)
-	}
-	return nil
+	return c.flushListing(tw, len(rows), limit)
 }
 
 // processAbandon runs "bento process abandon": it completes one running

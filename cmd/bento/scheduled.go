@@ -68,13 +68,7 @@ func (c *cli) scheduledList(ctx context.Context, args []string) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.TenantID, m.Topic, k,
 			timeOrDashValue(m.DueAt), timeOrDashValue(m.CreatedAt))
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if len(rows) == limit {
-		fmt.Fprintf(c.stdout, "(first %d; raise --limit or narrow the filter for more)\n", limit)
-	}
-	return nil
+	return c.flushListing(tw, len(rows), limit)
 }
 
 // scheduledCancel runs "bento scheduled cancel": it cancels the messages
