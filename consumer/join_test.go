@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net/url"
 	"testing"
 	"time"
 
@@ -15,7 +14,6 @@ import (
 
 	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/inbox"
-	"github.com/bentoevents/bento/internal/tcpproxy"
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
 )
@@ -28,13 +26,8 @@ func TestPartitionedConsumerStartsThroughADatabaseHiccup(t *testing.T) {
 	t.Parallel()
 	direct, dsn := testenv.Postgres(t)
 	require.NoError(t, inbox.Migrate(context.Background(), direct))
-	u, err := url.Parse(dsn)
-	require.NoError(t, err)
-	proxy, err := tcpproxy.Start(u.Host)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = proxy.Close() })
-	u.Host = proxy.Addr()
-	db, err := gorm.Open(postgres.Open(u.String()), &gorm.Config{Logger: logger.Discard})
+	via, proxy := testenv.Proxied(t, dsn)
+	db, err := gorm.Open(postgres.Open(via), &gorm.Config{Logger: logger.Discard})
 	require.NoError(t, err)
 	t.Cleanup(func() { sqlDB, _ := db.DB(); _ = sqlDB.Close() })
 

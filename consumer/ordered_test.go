@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -25,7 +24,6 @@ import (
 
 	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/inbox"
-	"github.com/bentoevents/bento/internal/tcpproxy"
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
@@ -213,13 +211,8 @@ func TestPartitionsKeepOrderAcrossKilledWorkersAndADatabaseOutage(t *testing.T) 
 	b := newOrderedBed(t)
 	db, group := b.db, b.group
 
-	u, err := url.Parse(b.dsn)
-	require.NoError(t, err, "the test DSN must be a URL")
-	proxy, err := tcpproxy.Start(u.Host)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = proxy.Close() })
-	u.Host = proxy.Addr()
-	w := b.workers(t, u.String())
+	via, proxy := testenv.Proxied(t, b.dsn)
+	w := b.workers(t, via)
 	for i := range 4 {
 		w.start(fmt.Sprintf("w%d", i))
 	}

@@ -3,7 +3,6 @@ package consumer_test
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,7 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bentoevents/bento/consumer"
-	"github.com/bentoevents/bento/internal/tcpproxy"
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/rabbitmq"
@@ -190,14 +188,9 @@ func TestBrokerLinkFlapsDeadLetterNothing(t *testing.T) {
 	const aggregates, events, cuts = 32, 100, 30
 	b := newOrderedBed(t)
 	publishBacklog(t, b, aggregates, events)
-	u, err := url.Parse(b.ex.URL)
-	require.NoError(t, err)
-	proxy, err := tcpproxy.Start(u.Host)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = proxy.Close() })
-	u.Host = proxy.Addr()
+	via, proxy := testenv.Proxied(t, b.ex.URL)
 	w := b.workers(t, b.dsn, envWorkerDelay+"=50ms")
-	w.env = append(w.env, envWorkerAMQP+"="+u.String()) // the later value wins
+	w.env = append(w.env, envWorkerAMQP+"="+via) // the later value wins
 	w.start("w0")
 	testenv.WaitFor(t, time.Minute, "the worker applying", func() bool { return b.applied(t) > 0 })
 	for range cuts {

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"slices"
 	"testing"
 	"time"
@@ -23,7 +22,6 @@ import (
 	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/health"
 	"github.com/bentoevents/bento/inbox"
-	"github.com/bentoevents/bento/internal/tcpproxy"
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
@@ -172,30 +170,18 @@ type placed struct {
 
 func (placed) EventType() string { return "order.placed" }
 
-// proxied returns a copy of the URL raw whose host is a TCP proxy to it.
-func proxied(t *testing.T, raw string) (string, *tcpproxy.Proxy) {
-	t.Helper()
-	u, err := url.Parse(raw)
-	require.NoError(t, err, "the test address must be a URL")
-	p, err := tcpproxy.Start(u.Host)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = p.Close() })
-	u.Host = p.Addr()
-	return u.String(), p
-}
-
 // TestReadinessFollowsCutLinks: readiness over PostgreSQL and RabbitMQ, each
 // reached through a TCP proxy, turns unready naming the database when the
 // database's link is cut, and the broker when the broker's is, and ready
 // again once each is restored.
 func TestReadinessFollowsCutLinks(t *testing.T) {
 	_, dsn := testenv.Postgres(t)
-	pgURL, pgProxy := proxied(t, dsn)
+	pgURL, pgProxy := testenv.Proxied(t, dsn)
 	db, err := gorm.Open(postgres.Open(pgURL), &gorm.Config{Logger: logger.Discard})
 	require.NoError(t, err)
 	t.Cleanup(func() { sqlDB, _ := db.DB(); _ = sqlDB.Close() })
 	ex := testenv.NewExchange(t)
-	amqpURL, amqpProxy := proxied(t, ex.URL)
+	amqpURL, amqpProxy := testenv.Proxied(t, ex.URL)
 	ready := health.Ready(&health.Config{Timeout: time.Second},
 		health.Database(db), health.Broker(&rabbitmq.Config{URL: amqpURL, Exchange: ex.Name}))
 	failing := func() []string {

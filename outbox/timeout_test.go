@@ -2,7 +2,6 @@ package outbox_test
 
 import (
 	"context"
-	"net/url"
 	"testing"
 	"time"
 
@@ -12,7 +11,6 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
-	"github.com/bentoevents/bento/internal/tcpproxy"
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/outbox"
 )
@@ -40,13 +38,8 @@ func TestClaimEndsOnTheServer(t *testing.T) {
 	e := setup(t, db, nil)
 	e.add(context.Background(), t, "order.placed", map[string]int{"n": 1}, nil)
 
-	u, err := url.Parse(dsn)
-	require.NoError(t, err)
-	proxy, err := tcpproxy.Start(u.Host)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = proxy.Close() })
-	u.Host = proxy.Addr()
-	far, err := gorm.Open(postgres.Open(u.String()), &gorm.Config{Logger: logger.Discard})
+	via, proxy := testenv.Proxied(t, dsn)
+	far, err := gorm.Open(postgres.Open(via), &gorm.Config{Logger: logger.Discard})
 	require.NoError(t, err)
 	t.Cleanup(func() { sqlDB, _ := far.DB(); _ = sqlDB.Close() })
 	store, err := outbox.NewStore(far, nil)

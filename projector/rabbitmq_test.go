@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	mathrand "math/rand/v2"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -147,15 +146,9 @@ func TestRabbitMQEndToEnd(t *testing.T) {
 func TestRabbitMQOutage(t *testing.T) {
 	forEachPublisher(t, true, func(t *testing.T, newPub func(*rabbitmq.Config) (message.Publisher, error), db *gorm.DB) {
 		cfg, queue := rabbit(t)
-		u, err := url.Parse(cfg.URL)
-		require.NoError(t, err)
-		proxy, err := tcpproxy.Start(u.Host)
-		require.NoError(t, err)
-		defer proxy.Close()
 		viaProxy := *cfg
-		pu := *u
-		pu.Host = proxy.Addr()
-		viaProxy.URL = pu.String()
+		var proxy *tcpproxy.Proxy
+		viaProxy.URL, proxy = testenv.Proxied(t, cfg.URL)
 
 		e := setup(t, db)
 		pub, err := newPub(&viaProxy)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"testing"
 	"time"
 
@@ -127,15 +126,9 @@ func TestConfirmPublisherReportsReturns(t *testing.T) {
 func TestConfirmPublisherReconnects(t *testing.T) {
 	t.Parallel()
 	cfg, q, ch := confirmSetup(t)
-	u, err := url.Parse(cfg.URL)
-	require.NoError(t, err)
-	proxy, err := tcpproxy.Start(u.Host)
-	require.NoError(t, err)
-	defer proxy.Close()
 	via := *cfg
-	pu := *u
-	pu.Host = proxy.Addr()
-	via.URL = pu.String()
+	var proxy *tcpproxy.Proxy
+	via.URL, proxy = testenv.Proxied(t, cfg.URL)
 	p, err := rabbitmq.NewConfirmPublisher(t.Context(), &via)
 	require.NoError(t, err)
 	defer p.Close()
