@@ -1,8 +1,9 @@
 // Package housekeeping runs bento's retention and partition maintenance
 // inside the application, on a schedule, so that no external cron is
-// needed: [Run] purges sent outbox rows, old inbox records and expired
-// idempotency keys, and maintains the partitions of partitioned outbox and
-// inbox tables, every [Config].Every.
+// needed: [Run] purges sent outbox rows, old inbox records, expired
+// idempotency keys and, for the state tables it is given, processes
+// completed long ago, and maintains the partitions of partitioned outbox
+// and inbox tables, every [Config].Every.
 //
 // Every instance of a service may call Run: each job runs once per period
 // whatever the number of instances. An instance claims a job's period in
@@ -39,6 +40,7 @@ import (
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
 	"github.com/bentoevents/bento/partition"
+	"github.com/bentoevents/bento/process"
 	"github.com/bentoevents/bento/rabbitmq"
 )
 
@@ -60,6 +62,9 @@ const (
 	// JobBusUnroutablePurge deletes the database bus's unroutable
 	// messages older than Config.UnroutableRetention.
 	JobBusUnroutablePurge = "bus-unroutable-purge"
+	// JobProcessPurge deletes the processes of Config.ProcessTables that
+	// completed more than Config.ProcessRetention ago (process.Purge).
+	JobProcessPurge = "process-purge"
 )
 
 // unroutableScan bounds how many parked events one count reads: the
@@ -103,6 +108,16 @@ type Config struct {
 	// database bus keeps them until an operator purges them (bento
 	// unroutable purge).
 	UnroutableRetention time.Duration
+	// ProcessTables names the state tables of process managers whose
+	// completed processes are purged once ProcessRetention has passed
+	// since they completed (process.Purge). Defaults to none.
+	ProcessTables []string
+	// ProcessRetention is how long a completed process's row (its
+	// tombstone, which makes late messages for it be dropped) is kept.
+	// Keep it at least InboxRetention, the window in which a redelivery
+	// can still arrive. Defaults to InboxRetention's value (its default
+	// when the inbox jobs are off).
+	ProcessRetention time.Duration
 	// Logger receives a line per run of a job. Defaults to slog.Default().
 	Logger *slog.Logger
 	// Registerer, when set, receives the metrics. Defaults to none.
@@ -186,6 +201,20 @@ func prepare(cfg *Config, m metrics) (Config, []job, error) {
 	if c.InboxRetention == 0 {
 		c.InboxRetention = DefaultInboxRetention
 	}
+	if c.ProcessRetention < 0 {
+		return c, nil, fmt.Errorf("%w: ProcessRetention: %v is negative", ErrInvalidConfig, c.ProcessRetention)
+	}
+	if c.ProcessRetention == 0 {
+		c.ProcessRetention = c.InboxRetention
+		if c.ProcessRetention < 0 {
+			c.ProcessRetention = DefaultInboxRetention
+		}
+	}
+	for _, table := range c.ProcessTables {
+		if err := process.ValidateTable(table); err != nil {
+			return c, nil, fmt.Errorf("%w: ProcessTables: %w", ErrInvalidConfig, err)
+		}
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -228,6 +257,19 @@ func prepare(cfg *Config, m metrics) (Config, []job, error) {
 		jobs = append(jobs, job{JobBusUnroutablePurge, func(ctx context.Context) (int64, error) {
 			n, err := dbbus.PurgeUnroutable(ctx, db, c.UnroutableRetention)
 			return int64(n), err
+		}})
+	}
+	if tables := c.ProcessTables; len(tables) > 0 {
+		jobs = append(jobs, job{JobProcessPurge, func(ctx context.Context) (int64, error) {
+			var total int64
+			for _, table := range tables {
+				n, err := process.Purge(ctx, db, table, c.ProcessRetention, &process.PurgeOpts{Now: c.Clock.Now})
+				total += n
+				if err != nil {
+					return total, err
+				}
+			}
+			return total, nil
 		}})
 	}
 	if !c.KeepIdempotencyKeys {

@@ -18,6 +18,7 @@ import (
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/process"
 	"github.com/bentoevents/bento/rabbitmq"
 )
 
@@ -264,4 +265,56 @@ func TestUnroutableEventsAreCounted(t *testing.T) {
 	n, err := rabbitmq.QueueDepth(t.Context(), amqpCfg, rabbitmq.UnroutableQueue(ex.Name))
 	require.NoError(t, err)
 	assert.Equal(t, 3, n, "counting leaves them parked")
+}
+
+// processRow is a process manager's state model, for the process purge.
+type processRow struct {
+	process.Base
+	Status string
+}
+
+func (processRow) TableName() string { return "hk_processes" }
+
+// TestRunPurgesCompletedProcesses: with ProcessTables set, a round deletes
+// the processes that completed more than ProcessRetention ago (by the
+// configured clock) and keeps running and recently completed ones; a bad
+// table name or a negative retention is refused at start.
+func TestRunPurgesCompletedProcesses(t *testing.T) {
+	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend, db *gorm.DB) {
+		require.NoError(t, db.AutoMigrate(&processRow{}))
+		now := time.Now().UTC()
+		old, recent := now.Add(-40*24*time.Hour), now.Add(-time.Hour)
+		rows := []processRow{
+			{Base: process.Base{TenantID: "default", Key: "running", StartedAt: old, UpdatedAt: old}},
+			{Base: process.Base{TenantID: "default", Key: "done-long-ago", Completed: true, CompletedAt: &old, StartedAt: old, UpdatedAt: old}},
+			{Base: process.Base{TenantID: "t2", Key: "done-long-ago", Completed: true, CompletedAt: &old, StartedAt: old, UpdatedAt: old}},
+			{Base: process.Base{TenantID: "default", Key: "done-lately", Completed: true, CompletedAt: &recent, StartedAt: old, UpdatedAt: recent}},
+		}
+		require.NoError(t, db.Create(&rows).Error)
+		reg := prometheus.NewRegistry()
+		start(t, &housekeeping.Config{DB: db, Every: 50 * time.Millisecond, Registerer: reg, ProcessTables: []string{"hk_processes"},
+			OutboxRetention: -1, InboxRetention: -1, KeepIdempotencyKeys: true}) // only the process purge: 30 days
+		left := func() []string {
+			var keys []string
+			require.NoError(t, db.Model(&processRow{}).Order("process_key").Pluck("process_key", &keys).Error)
+			return keys
+		}
+		testenv.WaitFor(t, 20*time.Second, "the old tombstones removed", func() bool { return len(left()) == 2 })
+		assert.Equal(t, []string{"done-lately", "running"}, left())
+		testenv.WaitFor(t, 20*time.Second, "the job counted", func() bool {
+			return counter(t, reg, "bento_housekeeping_rows_total", task(housekeeping.JobProcessPurge)) == 2
+		})
+	})
+
+	db := testenv.SQLite(t)
+	_, _, err := housekeeping.Prepare(&housekeeping.Config{DB: db, ProcessTables: []string{"bad-name"}})
+	require.ErrorIs(t, err, housekeeping.ErrInvalidConfig)
+	require.ErrorIs(t, err, process.ErrInvalidTable)
+	_, _, err = housekeeping.Prepare(&housekeeping.Config{DB: db, ProcessTables: []string{"p"}, ProcessRetention: -time.Hour})
+	require.ErrorIs(t, err, housekeeping.ErrInvalidConfig)
+	c, jobs, err := housekeeping.Prepare(&housekeeping.Config{DB: db, ProcessTables: []string{"p"}, OutboxRetention: -1,
+		InboxRetention: 90 * 24 * time.Hour})
+	require.NoError(t, err)
+	assert.Contains(t, jobs, housekeeping.JobProcessPurge)
+	assert.Equal(t, 90*24*time.Hour, c.ProcessRetention, "defaults to the inbox's retention")
 }

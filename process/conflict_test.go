@@ -2,6 +2,7 @@ package process
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -81,4 +82,44 @@ func TestConcurrentStepsConflict(t *testing.T) {
 	require.NoError(t, db.Take(&c).Error)
 	assert.Equal(t, 4, c.N, "every step applied once")
 	assert.Equal(t, int64(4), c.Version)
+}
+
+// TestPurgeOnEveryBackend: Purge's batched DELETE (a row-value IN over a
+// limited subquery) deletes exactly the expired tombstones on each
+// database, batch after batch.
+func TestPurgeOnEveryBackend(t *testing.T) {
+	testenv.ForEachBackend(t, func(t *testing.T, _ testenv.Backend, db *gorm.DB) {
+		require.NoError(t, db.AutoMigrate(&counting{}))
+		now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+		old, recent := now.Add(-48*time.Hour), now.Add(-time.Hour)
+		var rows []counting
+		for i := range 25 {
+			c := counting{Base: Base{TenantID: "default", Key: fmt.Sprint("k", i), Process: "count", StartedAt: old, UpdatedAt: old}}
+			switch i % 5 {
+			case 0: // running
+			case 1:
+				c.Completed, c.CompletedAt = true, &recent
+			default: // 15 expired
+				c.Completed, c.CompletedAt = true, &old
+			}
+			if i == 24 {
+				c.TenantID = "other"
+			}
+			rows = append(rows, c)
+		}
+		require.NoError(t, db.Create(&rows).Error)
+		clock := func() time.Time { return now }
+		n, err := Purge(context.Background(), db, "countings", 24*time.Hour, &PurgeOpts{Now: clock, Tenant: "other"})
+		require.NoError(t, err)
+		assert.Equal(t, int64(1), n, "the other tenant's one")
+		n, err = Purge(context.Background(), db, "countings", 24*time.Hour, &PurgeOpts{Now: clock, Batch: 4})
+		require.NoError(t, err)
+		assert.Equal(t, int64(14), n, "the rest of the expired, in four batches")
+		var left []counting
+		require.NoError(t, db.Order("process_key").Find(&left).Error)
+		assert.Len(t, left, 10)
+		for _, c := range left {
+			assert.True(t, !c.Completed || c.CompletedAt.Equal(recent), "%s kept: running or completed recently", c.Key)
+		}
+	})
 }

@@ -157,3 +157,80 @@ func Abandon(ctx context.Context, db *gorm.DB, store *outbox.Store, table, tenan
 		return nil
 	})
 }
+
+// ErrInvalidRetention is returned by Purge for a retention that is not
+// positive: it would delete tombstones late messages still need.
+var ErrInvalidRetention = errors.New("process: retention must be positive")
+
+// PurgeOpts are the optional arguments of [Purge]. A nil *PurgeOpts means
+// the defaults.
+type PurgeOpts struct {
+	// Tenant, when set, purges only that tenant's processes.
+	Tenant string
+	// Batch is how many rows one DELETE removes. Defaults to 1,000.
+	Batch int
+	// DryRun counts what would be deleted and deletes nothing.
+	DryRun bool
+	// Now is the time retention is counted back from. Defaults to the
+	// system clock.
+	Now func() time.Time
+}
+
+// Purge deletes, from table, the processes that completed more than
+// retention ago, in batches of PurgeOpts.Batch rows each committed on its
+// own, and returns how many it deleted (with DryRun: how many it would).
+// Running processes are never deleted.
+//
+// A completed process's row is its tombstone: while it is there, a late
+// message for the process is dropped. Once it is purged, a late message
+// of a type that starts the process starts it again, and any other is
+// handled by its Missing policy. Choose retention longer than any message
+// for a completed process can arrive late: at least the consumer's inbox
+// retention (its dedup window for redeliveries).
+//
+// Errors: ErrInvalidTable; ErrInvalidRetention; or the database error.
+func Purge(ctx context.Context, db *gorm.DB, table string, retention time.Duration, opts *PurgeOpts) (int64, error) {
+	if err := ValidateTable(table); err != nil {
+		return 0, err
+	}
+	if retention <= 0 {
+		return 0, fmt.Errorf("%w: %v", ErrInvalidRetention, retention)
+	}
+	var o PurgeOpts
+	if opts != nil {
+		o = *opts
+	}
+	if o.Batch <= 0 {
+		o.Batch = 1000
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	before := o.Now().UTC().Add(-retention)
+	expired := func(q *gorm.DB) *gorm.DB {
+		q = q.Table(table).Where("completed = ? AND completed_at < ?", true, before)
+		if o.Tenant != "" {
+			q = q.Where("tenant_id = ?", o.Tenant)
+		}
+		return q
+	}
+	if o.DryRun {
+		var n int64
+		if err := expired(db.WithContext(ctx)).Count(&n).Error; err != nil {
+			return 0, fmt.Errorf("process: purge %s: %w", table, err)
+		}
+		return n, nil
+	}
+	var total int64
+	for {
+		batch := expired(db.WithContext(ctx)).Select("tenant_id, process_key").Limit(o.Batch)
+		res := db.WithContext(ctx).Table(table).Where("(tenant_id, process_key) IN (?)", batch).Delete(&Base{})
+		if res.Error != nil {
+			return total, fmt.Errorf("process: purge %s: %w", table, res.Error)
+		}
+		total += res.RowsAffected
+		if res.RowsAffected < int64(o.Batch) {
+			return total, nil
+		}
+	}
+}

@@ -56,3 +56,54 @@ func TestListAndAbandon(t *testing.T) {
 	assert.Equal(t, []string{"a", "b"}, process.Timeouts{"b": "2", "a": "1"}.Names())
 	assert.Empty(t, process.Timeouts(nil).Names())
 }
+
+// TestPurge: Purge deletes the processes completed more than the retention
+// ago, and nothing else: not running processes, not those completed more
+// recently, not another tenant's when a tenant is named. A dry run counts
+// without deleting. Once a tombstone is purged, a late message for the
+// process meets its Missing policy, as for a process never started.
+func TestPurge(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	for _, id := range []string{"a", "b", "c"} {
+		f.deliver(t, OrderPlaced{OrderID: id})
+	}
+	f.deliver(t, PaymentReceived{OrderID: "a"})
+	require.NoError(t, process.Abandon(ctx, f.env.DB, f.env.Outbox, "payments", "default", "b"))
+	done, err := process.List(ctx, f.env.DB, "payments", process.Filter{Completed: true})
+	require.NoError(t, err)
+	require.Len(t, done, 3)
+	var last time.Time
+	for _, p := range done {
+		if p.CompletedAt != nil && p.CompletedAt.After(last) {
+			last = *p.CompletedAt
+		}
+	}
+	require.False(t, last.IsZero(), "two processes completed")
+	at := func(d time.Duration) func() time.Time { return func() time.Time { return last.Add(d) } }
+
+	n, err := process.Purge(ctx, f.env.DB, "payments", time.Hour, &process.PurgeOpts{Now: at(30 * time.Minute)})
+	require.NoError(t, err)
+	assert.Zero(t, n, "completed within the retention")
+	n, err = process.Purge(ctx, f.env.DB, "payments", time.Hour, &process.PurgeOpts{Now: at(2 * time.Hour), Tenant: "other"})
+	require.NoError(t, err)
+	assert.Zero(t, n, "another tenant's")
+	n, err = process.Purge(ctx, f.env.DB, "payments", time.Hour, &process.PurgeOpts{Now: at(2 * time.Hour), DryRun: true})
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), n, "a dry run counts a and b")
+	n, err = process.Purge(ctx, f.env.DB, "payments", time.Hour, &process.PurgeOpts{Now: at(2 * time.Hour), Batch: 1})
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), n, "a and b, one batch each")
+	left, err := process.List(ctx, f.env.DB, "payments", process.Filter{Completed: true})
+	require.NoError(t, err)
+	require.Len(t, left, 1)
+	assert.Equal(t, "c", left[0].Key, "the running process stays")
+
+	f.deliver(t, PaymentReceived{OrderID: "a"})
+	assert.Equal(t, int64(1), f.steps.Load(), "a late payment for the purged a is ignored (its Missing policy), not a step")
+
+	_, err = process.Purge(ctx, f.env.DB, "payments", 0, nil)
+	require.ErrorIs(t, err, process.ErrInvalidRetention)
+	_, err = process.Purge(ctx, f.env.DB, "pay-ments", time.Hour, nil)
+	require.ErrorIs(t, err, process.ErrInvalidTable)
+}

@@ -194,18 +194,22 @@ func olderThan(verb string, d time.Duration) string {
 // things names what a command counts, a noun and what narrows it
 // ("dead event", " with topic order.paid"), so that its messages read right
 // for every count.
-type things struct{ noun, qualifier string }
+type things struct{ noun, qualifier, plural string }
 
 // n says n things: "no dead events", "1 dead event", "3 dead events", each
-// followed by the qualifier.
+// followed by the qualifier. The plural is noun+"s" unless plural is set.
 func (t things) n(n int64) string {
+	plural := t.plural
+	if plural == "" {
+		plural = t.noun + "s"
+	}
 	switch n {
 	case 0:
-		return "no " + t.noun + "s" + t.qualifier
+		return "no " + plural + t.qualifier
 	case 1:
 		return "1 " + t.noun + t.qualifier
 	}
-	return fmt.Sprintf("%d %ss%s", n, t.noun, t.qualifier)
+	return fmt.Sprintf("%d %s%s", n, plural, t.qualifier)
 }
 
 func trimLower(s string) string { return strings.ToLower(strings.TrimSpace(s)) }

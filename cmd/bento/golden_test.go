@@ -413,6 +413,13 @@ func seededRuns(t *testing.T, db *gorm.DB, dsn string, sample sampleFunc) {
 	sample("process list", "", "process", "list", "--table", "checkouts")
 	sample("process abandon --dry-run", "", "process", "abandon", "--table", "checkouts", "--key", "order-1001", "--tenant", "acme", "--dry-run")
 	sample("process abandon", "y\n", "process", "abandon", "--table", "checkouts", "--key", "order-1001", "--tenant", "acme")
+	// A checkout completed 40 days ago: past the 30 days the purge keeps,
+	// where the one just abandoned is not.
+	seedCheckout(t, db, st, "acme", "order-0999", now.Add(-41*24*time.Hour), true)
+	require.NoError(t, db.Model(&checkoutState{}).Where("process_key = ?", "order-0999").
+		Update("completed_at", now.Add(-40*24*time.Hour)).Error)
+	sample("process purge --dry-run", "", "process", "purge", "--table", "checkouts", "--completed-before", "30d", "--dry-run")
+	sample("process purge", "y\n", "process", "purge", "--table", "checkouts", "--completed-before", "30d")
 }
 
 // goldenMaintainRuns runs bento maintain on a schema of daily partitions,

@@ -19,7 +19,7 @@
 //	bento stats
 //	bento dead list|show|requeue|discard
 //	bento scheduled list|cancel
-//	bento process list|abandon --table T
+//	bento process list|abandon|purge --table T
 //	bento purge --sent-older-than AGE
 //	bento inbox purge --older-than AGE
 //	bento idempotency purge
@@ -117,6 +117,7 @@ var commands = []command{
 	{"scheduled cancel", "cancel the scheduled messages of a key before they are due", (*cli).scheduledCancel},
 	{"process list", "list the processes of a process manager's state table", (*cli).processList},
 	{"process abandon", "complete a stuck process without a step, cancelling its timeouts", (*cli).processAbandon},
+	{"process purge", "delete the processes of a state table that completed long ago", (*cli).processPurge},
 	{"purge", "delete sent outbox rows past retention", (*cli).purge},
 	{"inbox purge", "delete inbox records past the dedup window", (*cli).inboxPurge},
 	{"idempotency purge", "delete expired idempotency keys", (*cli).idempotencyPurge},

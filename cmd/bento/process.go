@@ -127,6 +127,64 @@ func (c *cli) processAbandon(ctx context.Context, args []string) error {
 	return nil
 }
 
+// processPurge runs "bento process purge": it deletes the processes of a
+// state table that completed more than --completed-before ago
+// (process.Purge), after a dry run that counts them and a confirmation.
+func (c *cli) processPurge(ctx context.Context, args []string) error {
+	fs := c.newFlags("process purge", "--table T --completed-before AGE [--tenant T] [--dry-run] [--yes]")
+	table := fs.String("table", "", "the process manager's state table")
+	age := &ageFlag{}
+	fs.Var(age, "completed-before", "delete processes completed `AGE` ago or earlier (30d, 720h); keep it past the inbox's retention")
+	tenantID := fs.String("tenant", "", "only this tenant's processes")
+	dry := fs.Bool("dry-run", false, "count what would be deleted and delete nothing")
+	yes := fs.Bool("yes", false, "do not ask for confirmation")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *table == "" || !age.set || age.d <= 0 {
+		return usagef("say which processes to purge: --table T --completed-before AGE")
+	}
+	if *tenantID != "" {
+		if err := tenant.Validate(*tenantID); err != nil {
+			return usagef("bad --tenant: %v", err)
+		}
+	}
+	st, done, err := c.store(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	qualifier := fmt.Sprintf(" in %s completed more than %s ago", *table, humanAge(age.d))
+	if *tenantID != "" {
+		qualifier += " of tenant " + *tenantID
+	}
+	what := things{noun: "process", plural: "processes", qualifier: qualifier}
+	opts := &process.PurgeOpts{Tenant: *tenantID, DryRun: true}
+	n, err := process.Purge(ctx, st.DB(), *table, age.d, opts)
+	if err != nil {
+		return processFailure(err)
+	}
+	switch {
+	case *dry:
+		fmt.Fprintf(c.stdout, "would delete %s (dry run: nothing changed)\n", what.n(n))
+		return nil
+	case n == 0:
+		fmt.Fprintf(c.stdout, "nothing to delete: %s\n", what.n(0))
+		return nil
+	}
+	if err := c.confirm(*yes, fmt.Sprintf("delete %s? A late message for one of them then meets its Missing policy, or starts it again.",
+		what.n(n))); err != nil {
+		return err
+	}
+	opts.DryRun = false
+	n, err = process.Purge(ctx, st.DB(), *table, age.d, opts)
+	if err != nil {
+		return processFailure(err)
+	}
+	fmt.Fprintf(c.stdout, "deleted %s\n", what.n(n))
+	return nil
+}
+
 // processFailure says in words why a process command could not go on: a
 // bad table name is a usage error (exit 2), a process not found or
 // already completed a failure (exit 1).

@@ -73,7 +73,7 @@ func (c *cli) purge(ctx context.Context, args []string) error {
 	}
 	defer done()
 	opts := &outbox.PurgeOpts{Tenant: *tenant, BatchSize: *p.batch}
-	what := things{"sent outbox row", olderThan("published", age.d)}
+	what := things{noun: "sent outbox row", qualifier: olderThan("published", age.d)}
 	return c.purgeRun(p, what,
 		func() (int64, error) { return st.CountSent(ctx, age.d, opts) },
 		func() (int64, error) { return st.PurgeSent(ctx, age.d, opts) })
@@ -97,7 +97,7 @@ func (c *cli) inboxPurge(ctx context.Context, args []string) error {
 	}
 	defer closeAll(db)
 	opts := &inbox.PurgeOpts{Consumer: *consumer, BatchSize: *p.batch}
-	what := things{"inbox record", olderThan("received", age.d)}
+	what := things{noun: "inbox record", qualifier: olderThan("received", age.d)}
 	return c.purgeRun(p, what,
 		func() (int64, error) { return inbox.CountPurgeable(ctx, db, age.d, opts) },
 		func() (int64, error) { return inbox.Purge(ctx, db, age.d, opts) })

@@ -50,7 +50,7 @@ func (a *App) handler() (http.Handler, error) {
 	}
 	// The Processes page lists the running checkouts (the Checkout model's
 	// table) and can abandon one stuck waiting for a payment.
-	ccfg := &console.Config{Title: "minishop outbox", Logger: a.log, ProcessTables: []string{"checkouts"}}
+	ccfg := &console.Config{Title: "minishop outbox", Logger: a.log, ProcessTables: []string{checkoutTable}}
 	if a.bus.amqp != nil { // consumer dead letters and unroutable events live on RabbitMQ
 		ccfg.Consumers = &console.Consumers{AMQP: a.bus.amqp, Groups: []string{inventoryGroup, orderingGroup, notificationGroup}}
 		ccfg.Unroutable = a.bus.amqp

@@ -50,6 +50,10 @@ type checkoutConfig struct {
 	Retries       int
 }
 
+// checkoutTable is the checkout process's state table, which the console
+// shows and housekeeping purges.
+const checkoutTable = "checkouts"
+
 // Checkout is the process's state, one row per order in the checkouts
 // table.
 type Checkout struct {
@@ -58,6 +62,9 @@ type Checkout struct {
 	Reminders int
 	Declines  int
 }
+
+// TableName is checkoutTable.
+func (Checkout) TableName() string { return checkoutTable }
 
 // PaymentWindowClosed is the payment window's timeout. Wire: {"order_id"}.
 type PaymentWindowClosed struct {

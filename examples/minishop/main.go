@@ -242,7 +242,8 @@ func serve(ctx context.Context, log *slog.Logger, mode, addr, dbURL, amqpURL, pa
 		// Retention and partition maintenance, one instance at a time. On
 		// the database bus the stock.* events no group consumes are kept
 		// as unroutable, and deleted after unroutableRetention.
-		hk := &housekeeping.Config{DB: a.db, Logger: log, Registerer: a.metrics, Unroutable: b.amqp}
+		hk := &housekeeping.Config{DB: a.db, Logger: log, Registerer: a.metrics, Unroutable: b.amqp,
+			ProcessTables: []string{checkoutTable}}
 		if b.amqp == nil {
 			hk.UnroutableRetention = unroutableRetention
 		}
