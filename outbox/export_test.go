@@ -33,3 +33,6 @@ func PostgresNextDueSQL() string { return nextDueSQL(dialect.Postgres, false) }
 
 // CancelSQL: see PostgresReleaseDueSQL.
 const CancelSQL = cancelSQL
+
+// CountKeySQL: see PostgresReleaseDueSQL.
+const CountKeySQL = countKeySQL

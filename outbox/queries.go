@@ -784,16 +784,24 @@ ORDER BY s.due_at, s.id
 LIMIT 1`
 }
 
+// keyIndexed is the predicate of outbox_scheduled_key. Every lookup by
+// key states it, although a key is never empty: a prepared statement's
+// generic plan is made without the key's value, so it can use the partial
+// index only when the statement itself implies the index's predicate.
+// Without it, such a plan reads every waiting row through the due index
+// (TestCancelKeepsItsIndexUnderAGenericPlan).
+const keyIndexed = `schedule_key <> ''`
+
 // cancelSQL deletes the waiting rows of @tenant named @key
 // (outbox_scheduled_key). On PostgreSQL a row being released waits for
 // that release to commit and is then no longer waiting.
 const cancelSQL = `DELETE FROM outbox_scheduled
-WHERE tenant_id = @tenant AND schedule_key = @key AND released_at IS NULL`
+WHERE tenant_id = @tenant AND schedule_key = @key AND ` + keyIndexed + ` AND released_at IS NULL`
 
 // countKeySQL counts the rows of @tenant named @key that are left after
 // cancelSQL: those already released.
 const countKeySQL = `SELECT count(*) FROM outbox_scheduled
-WHERE tenant_id = @tenant AND schedule_key = @key`
+WHERE tenant_id = @tenant AND schedule_key = @key AND ` + keyIndexed
 
 // scheduledBacklogSQL counts the waiting rows and finds the first due time
 // (outbox_scheduled_due).
@@ -833,7 +841,7 @@ func listScheduledSQL(byTenant, byKey bool) string {
 	w := scheduledFilter(byTenant)
 	if byKey {
 		w += `
-    AND s.schedule_key = @key`
+    AND s.schedule_key = @key AND s.` + keyIndexed
 	}
 	return `SELECT s.id, s.tenant_id, s.topic, s.schedule_key, s.payload, s.due_at, s.created_at
 FROM outbox_scheduled s
