@@ -18,9 +18,9 @@ import (
 // and the too-late count, and after a few executions PostgreSQL may run a
 // prepared statement with its generic plan, planned without the key's
 // value. That plan must still probe the key index: a generic plan cannot
-// prove that a parameter satisfies the index's predicate (schedule_key <>
-// ”), so unless the statement states it, the only index left is the due
-// index, and a cancel reads every waiting message. Here 20,000 wait (never
+// prove that a parameter satisfies the index's predicate (a key that is
+// not empty), so unless the statement states it, the only index left is
+// the due index, and a cancel reads every waiting message. Here 20,000 wait (never
 // analyzed); each statement, forced onto its generic plan, must read a
 // handful of buffers.
 func TestCancelKeepsItsIndexUnderAGenericPlan(t *testing.T) {
