@@ -10,9 +10,11 @@ import (
 // releaseRecheck is how long a projector goes at most without looking for
 // due scheduled messages while it runs: a message scheduled for sooner
 // than the one it knows of is found within it. It is also the least time
-// between two looks while the projector stays busy; a wake-up (Wake, or
-// PostgreSQL's notification of the scheduling commit) always makes it
-// look, however soon after the last look it comes.
+// between two looks while the projector stays busy: a wake-up (Wake, or
+// PostgreSQL's notification of the scheduling commit) makes it look at
+// once, or releaseRecheck after its last look if that was sooner, so that
+// writers waking a busy projector after every commit do not add two
+// statements to each of its loops.
 const releaseRecheck = 50 * time.Millisecond
 
 // releaser moves due scheduled messages into the outbox before the
@@ -22,14 +24,26 @@ type releaser struct {
 	p    *OutboxProjector
 	next time.Time // when to look again, by the host's monotonic clock
 	due  time.Time // when the next known message falls due; zero: none known
+	last time.Time // when it last looked
+	// woke is set by a wake-up since the last look: the projector must not
+	// sleep past next, even when it knows of no due time.
+	woke bool
 	// errDelay is the wait before looking again after a failed look: it
 	// doubles from releaseRecheck up to IdleSleep while looks fail.
 	errDelay time.Duration
 }
 
-// woken makes the next run look at once: the projector was woken, and the
-// wake may be the news of a message that falls due before any it knows of.
-func (r *releaser) woken() { r.next = time.Time{} }
+// woken makes the releaser look at once, or releaseRecheck after its last
+// look if that is sooner, and keeps the projector from sleeping past that
+// look: the projector was woken, and the wake may be the news of a message
+// that falls due before any it knows of. A look that failed keeps its
+// backoff.
+func (r *releaser) woken() {
+	r.woke = true
+	if at := r.last.Add(releaseRecheck); r.errDelay == 0 && at.Before(r.next) {
+		r.next = at
+	}
+}
 
 // run releases what is due when it is time to look, and returns how long
 // the projector may sleep before it must look again.
@@ -38,6 +52,7 @@ func (r *releaser) run(ctx context.Context) time.Duration {
 	if now.Before(r.next) {
 		return r.sleep(now)
 	}
+	r.last, r.woke = now, false
 	res, err := r.p.store.ReleaseDue(ctx, outbox.ReleaseOpts{Tenant: r.p.cfg.Tenant, Limit: r.p.cfg.BatchSize})
 	if err != nil {
 		if ctx.Err() == nil {
@@ -45,10 +60,12 @@ func (r *releaser) run(ctx context.Context) time.Duration {
 		}
 		// Look again soon, backing off while it fails: a transient error
 		// must not hold back what falls due meanwhile for a whole
-		// IdleSleep. A due time already known stays known.
+		// IdleSleep. The projector sleeps until that try (or until a due
+		// time it knows of that comes sooner), never less: a due time
+		// already past would have it spin.
 		r.errDelay = min(max(2*r.errDelay, releaseRecheck), max(r.p.cfg.IdleSleep, releaseRecheck))
 		r.next = now.Add(r.errDelay)
-		if r.due.IsZero() || r.due.After(r.next) {
+		if !r.due.After(now) || r.due.After(r.next) {
 			r.due = r.next
 		}
 		return r.sleep(now)
@@ -67,10 +84,15 @@ func (r *releaser) run(ctx context.Context) time.Duration {
 }
 
 // sleep is how long from now the projector may sleep: until the next known
-// due time, unbounded (its own IdleSleep) when none is known.
+// due time, unbounded (its own IdleSleep) when none is known, and no
+// later than the next look when a wake-up asked for one.
 func (r *releaser) sleep(now time.Time) time.Duration {
-	if r.due.IsZero() {
-		return time.Duration(1<<63 - 1)
+	d := time.Duration(1<<63 - 1)
+	if !r.due.IsZero() {
+		d = max(r.due.Sub(now), 0)
 	}
-	return max(r.due.Sub(now), 0)
+	if r.woke {
+		d = min(d, max(r.next.Sub(now), 0))
+	}
+	return d
 }

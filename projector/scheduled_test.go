@@ -118,8 +118,8 @@ func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 // TestWakeSoonAfterALookIsNotLost: a projector rate-limits its look for due
 // scheduled messages while it is busy. A wake-up (Wake after a commit, or
 // PostgreSQL's notification) that lands within that limit of its last look
-// must still make it look: it is the only news of a new due time an idle
-// projector gets before its IdleSleep. Here each message is scheduled (and
+// must still make it look, once the limit has passed: it is the only news
+// of a new due time an idle projector gets before its IdleSleep. Here each message is scheduled (and
 // the projector woken) the moment the one before it is published, a few
 // milliseconds after the look that released it, and each must arrive near
 // its due time, not a minute later by the poll.
