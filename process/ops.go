@@ -188,6 +188,11 @@ type PurgeOpts struct {
 // for a completed process can arrive late: at least the consumer's inbox
 // retention (its dedup window for redeliveries).
 //
+// Each batch finds its rows by completed and completed_at, which Base
+// does not index: on a large table, add an index on completed_at (for
+// example CREATE INDEX CONCURRENTLY ... ON table (completed_at) WHERE
+// completed) so that a batch does not read the whole table.
+//
 // Errors: ErrInvalidTable; ErrInvalidRetention; or the database error.
 func Purge(ctx context.Context, db *gorm.DB, table string, retention time.Duration, opts *PurgeOpts) (int64, error) {
 	if err := ValidateTable(table); err != nil {
