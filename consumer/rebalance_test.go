@@ -23,6 +23,15 @@ func TestPartitionsRebalanceWithinTheTakeoverTime(t *testing.T) {
 		s := newSuite(t, h)
 		require.NoError(t, s.db.AutoMigrate(&Applied{}))
 		const partitions, takeover = 12, 2 * time.Second
+		// The pass without the race detector holds each rebalance to
+		// TakeoverTime. The race detector slows every beat and every
+		// partition worker's stop several times over, so the race pass,
+		// which checks the same dealing, order and exactly-once, allows
+		// twice that (it ran 2.2 s and 3.7 s against 2 s in CI rehearsals).
+		bound := takeover
+		if testenv.RaceEnabled {
+			bound = 2 * takeover
+		}
 		newInstance := func(name string) *consumer.Consumer {
 			cfg := s.config()
 			cfg.Partitions, cfg.TakeoverTime, cfg.CloseTimeout = partitions, takeover, 5*time.Second
@@ -35,7 +44,7 @@ func TestPartitionsRebalanceWithinTheTakeoverTime(t *testing.T) {
 		dealt := func(running ...*consumer.Consumer) time.Duration {
 			t.Helper()
 			start := time.Now()
-			testenv.WaitFor(t, 2*takeover, fmt.Sprintf("partitions dealt among %d instances", len(running)), func() bool {
+			testenv.WaitFor(t, 2*bound, fmt.Sprintf("partitions dealt among %d instances", len(running)), func() bool {
 				var all []int
 				for _, c := range running {
 					owned := c.Partitions()
@@ -73,13 +82,13 @@ func TestPartitionsRebalanceWithinTheTakeoverTime(t *testing.T) {
 		second, third := newInstance("second"), newInstance("third")
 		stopSecond, stopThird := run(t, second), run(t, third)
 		publishRound()
-		assert.Less(t, dealt(first, second, third), takeover, "1 -> 3")
+		assert.Less(t, dealt(first, second, third), bound, "1 -> 3")
 		publishRound()
 		applied()
 		stopSecond()
 		stopThird()
 		publishRound()
-		assert.Less(t, dealt(first), takeover, "3 -> 1")
+		assert.Less(t, dealt(first), bound, "3 -> 1")
 		assert.Empty(t, second.Partitions(), "a stopped instance owns nothing")
 		publishRound()
 

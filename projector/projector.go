@@ -221,7 +221,7 @@ func (p *OutboxProjector) Run(ctx context.Context) error {
 			rel.woken() // and release what they scheduled
 			continue    // settled: claim once more what busy-time writers did not announce
 		}
-		if p.sleep(ctx, min(sleep, within, due), p.wake) {
+		if p.sleep(ctx, min(sleep, within, due, rel.wakeBound(time.Now())), p.wake) {
 			rel.woken()
 		}
 	}

@@ -25,8 +25,8 @@ type releaser struct {
 	next time.Time // when to look again, by the host's monotonic clock
 	due  time.Time // when the next known message falls due; zero: none known
 	last time.Time // when it last looked
-	// woke is set by a wake-up since the last look: the projector must not
-	// sleep past next, even when it knows of no due time.
+	// woke is set by a wake-up since the last look: an idle projector must
+	// not sleep past next, even when it knows of no due time (wakeBound).
 	woke bool
 	// errDelay is the wait before looking again after a failed look: it
 	// doubles from releaseRecheck up to IdleSleep while looks fail.
@@ -84,15 +84,22 @@ func (r *releaser) run(ctx context.Context) time.Duration {
 }
 
 // sleep is how long from now the projector may sleep: until the next known
-// due time, unbounded (its own IdleSleep) when none is known, and no
-// later than the next look when a wake-up asked for one.
+// due time, unbounded (its own IdleSleep) when none is known.
 func (r *releaser) sleep(now time.Time) time.Duration {
-	d := time.Duration(1<<63 - 1)
-	if !r.due.IsZero() {
-		d = max(r.due.Sub(now), 0)
+	if r.due.IsZero() {
+		return time.Duration(1<<63 - 1)
 	}
-	if r.woke {
-		d = min(d, max(r.next.Sub(now), 0))
+	return max(r.due.Sub(now), 0)
+}
+
+// wakeBound is how long from now an idle projector may sleep when a
+// wake-up asked for a look: until that look (unbounded when none was
+// asked for). A busy projector needs no bound: it turns its loop every
+// BusySleep and looks when the time comes, and a shorter sleep there
+// would find claims empty, record it idle and make writers notify.
+func (r *releaser) wakeBound(now time.Time) time.Duration {
+	if !r.woke {
+		return time.Duration(1<<63 - 1)
 	}
-	return d
+	return max(r.next.Sub(now), 0)
 }
