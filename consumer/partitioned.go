@@ -59,7 +59,15 @@ func (c *Consumer) runPartitioned(ctx context.Context, handle message.HandlerFun
 	defer func() {
 		r.c.owned.Store(nil)
 		r.c.metrics.partitions.Set(0)
+		// Keep the membership live while the workers finish what they
+		// hold (up to CloseTimeout): until this instance leaves, its
+		// partitions stay its own, so no peer is handed a message this
+		// instance is still applying (whose attempt the crash ledger
+		// would count as a crash) and the workers' commits are not
+		// fenced for a membership that merely went unrenewed.
+		stopBeats := c.keepMembership(r.base, ttl, every, timeout)
 		r.stopAll()
+		stopBeats()
 		leaveCtx, cancel := context.WithTimeout(r.base, 5*time.Second)
 		defer cancel()
 		if err := c.members.leave(leaveCtx); err != nil {
@@ -369,5 +377,33 @@ func (c *Consumer) join(ctx context.Context, ttl, pause, timeout time.Duration) 
 			return nil, nil
 		case <-time.After(pause):
 		}
+	}
+}
+
+// keepMembership renews the instance's membership every pause until the
+// returned stop is called, ignoring what the beats say about partitions:
+// it runs while a stopping instance's workers finish, before it leaves.
+func (c *Consumer) keepMembership(ctx context.Context, ttl, pause, timeout time.Duration) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(pause)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			if _, err := c.members.beat(ctx, ttl.Milliseconds(), timeout); err != nil {
+				c.cfg.Logger.Warn("consumer: could not renew the membership while stopping", "group", c.cfg.Group, "err", err)
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		wg.Wait()
 	}
 }
