@@ -131,7 +131,7 @@ func TestDeadLetterHoldsBackItsAggregate(t *testing.T) {
 		assert.Equal(t, []int64{1}, s.applied(t, "a000"), "nothing after the dead letter is applied")
 
 		s.fixed.Store(true)
-		s.released(t, dead[0].UUID) // else the database bus drops the copy
+		s.released(t, dead[0].UUID)               // else the database bus drops the copy
 		s.publish(t, Step{}.EventType(), dead[0]) // the operator replays it
 		s.waitApplied(t, "a000", 1, 2, 3, 4)
 		assert.Empty(t, s.parked(t))
@@ -375,7 +375,7 @@ func TestStaleReleaseKeepsTheNewHold(t *testing.T) {
 		assert.Equal(t, []int64{1, 2}, s.applied(t, "a000"), "version 5 waits for version 4")
 
 		s.fixed.Store(true)
-		s.released(t, dead[0].UUID) // else the database bus drops the copy
+		s.released(t, dead[0].UUID)               // else the database bus drops the copy
 		s.publish(t, Step{}.EventType(), dead[0]) // the operator replays version 4
 		s.waitApplied(t, "a000", 1, 2, 4, 5)
 		vs := s.applied(t, "a000")
