@@ -33,8 +33,11 @@ func DSN(path string) string {
 const MaxOpenConns = 4
 
 // Open opens (creating if needed) the SQLite database file at path with
-// DSN and at most MaxOpenConns connections. A nil cfg uses a silent GORM
-// logger.
+// DSN and at most MaxOpenConns connections, all of which the pool keeps
+// open while idle: a connection closed and opened again costs its pragmas
+// and a new WAL reader, and the SQLite driver's interrupt of a cancelled
+// query reads its connection unlocked, racing the pool closing that
+// connection. A nil cfg uses a silent GORM logger.
 func Open(path string, cfg *gorm.Config) (*gorm.DB, error) {
 	if cfg == nil {
 		cfg = &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)}
@@ -48,6 +51,7 @@ func Open(path string, cfg *gorm.Config) (*gorm.DB, error) {
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}
 	sqlDB.SetMaxOpenConns(MaxOpenConns)
+	sqlDB.SetMaxIdleConns(MaxOpenConns)
 	return db, nil
 }
 
