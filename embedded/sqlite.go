@@ -18,8 +18,8 @@ const MaxOpenConns = embeddb.MaxOpenConns
 func DSN(path string) string { return embeddb.DSN(path) }
 
 // OpenSQLite opens (creating if needed) the SQLite database file at path
-// with [DSN] and at most [MaxOpenConns] connections. A nil cfg uses a
-// silent GORM logger.
+// with [DSN] and at most [MaxOpenConns] connections, which its pool keeps
+// open while idle. A nil cfg uses a silent GORM logger.
 func OpenSQLite(path string, cfg *gorm.Config) (*gorm.DB, error) {
 	return embeddb.Open(path, cfg)
 }
