@@ -378,7 +378,10 @@ func TestFlowingEventsDoNotNotify(t *testing.T) {
 	const commits = 120
 	rec := &recorder{notify: make(chan string, commits+8)}
 	cfg := fastConfig()
-	cfg.BusySleep = 20 * time.Millisecond
+	// The writer commits every 5 ms or so; a loaded machine stretches
+	// that, and a gap longer than BusySleep finds the claim empty and
+	// the projector idle, which the next commit rightly notifies.
+	cfg.BusySleep = 100 * time.Millisecond
 	cfg.IdleSleep = time.Minute
 	p, err := projector.New(e.store, rec, cfg)
 	require.NoError(t, err)
