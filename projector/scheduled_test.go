@@ -40,6 +40,7 @@ func TestRunRelaysScheduledMessagesWhenDue(t *testing.T) {
 		time.Sleep(100 * time.Millisecond) // asleep for its minute
 
 		const n = 5
+		const cancelledDue = 2 * time.Second
 		want := map[string]bool{}
 		require.NoError(t, db.Transaction(func(tx *gorm.DB) error {
 			for i := range n {
@@ -50,10 +51,13 @@ func TestRunRelaysScheduledMessagesWhenDue(t *testing.T) {
 				}
 				want[m.ID] = true
 			}
+			// Due after the five, and far enough out that a loaded
+			// machine still commits the cancel before it falls due.
 			_, err := e.store.Schedule(ctx, tx, "order.payment_due", map[string]int{"i": -1},
-				outbox.After(200*time.Millisecond), &outbox.ScheduleOpts{Key: "cancelled"})
+				outbox.After(cancelledDue), &outbox.ScheduleOpts{Key: "cancelled"})
 			return err
 		}))
+		scheduled := time.Now()
 		p.Wake() // what the unit of work's AfterCommit hook does
 		require.NoError(t, db.Transaction(func(tx *gorm.DB) error {
 			_, err := e.store.Cancel(ctx, tx, "cancelled", nil)
@@ -82,7 +86,7 @@ func TestRunRelaysScheduledMessagesWhenDue(t *testing.T) {
 		select {
 		case id := <-rec.notify:
 			t.Fatalf("%s published after the five", id)
-		case <-time.After(300 * time.Millisecond):
+		case <-time.After(time.Until(scheduled.Add(cancelledDue + 500*time.Millisecond))):
 		}
 		assert.Equal(t, uint64(n), histogramCount(t, reg, "bento_outbox_scheduled_release_lag_seconds"))
 		assert.Equal(t, 0.0, gaugeValue(t, reg, "bento_outbox_scheduled_waiting"), "nothing waits")
