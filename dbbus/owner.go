@@ -139,6 +139,11 @@ func (o *owner) run(ctx context.Context, out chan<- *message.Message, woken <-ch
 	b := o.bus
 	poll := time.NewTicker(b.cfg.PollInterval)
 	defer poll.Stop()
+	// Give the queue up however the subscription ends, owned or not: a
+	// statement taking the ownership may have committed on the server
+	// after ctx ended, its answer unread, and would leave the queue owned
+	// by nobody until the ownership lapses.
+	defer o.disown(ctx)
 	for {
 		if o.owned {
 			if o.takeOver(ctx) {
@@ -159,7 +164,6 @@ func (o *owner) run(ctx context.Context, out chan<- *message.Message, woken <-ch
 		woken = b.wakeup() // before the attempt: a wake-up during it is kept
 		o.owned = o.own(ctx)
 	}
-	defer o.disown(ctx)
 	o.consume(ctx, out, poll.C)
 }
 

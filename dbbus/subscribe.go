@@ -265,10 +265,22 @@ type claimedRow struct {
 // their messages, in delivery order, each with its delivery count
 // (setDeliveryCount). Those past the delivery limit are dead-lettered
 // instead (deadLetter), and not returned.
+//
+// The claim statement itself is not cancelled with ctx (it is bounded by
+// settleTimeout instead): a claim cancelled after the server committed it,
+// before its answer was read, would leave its deliveries leased to nobody
+// for a whole visibility timeout, and a subscription ends at any moment (a
+// partition move ends one). What it returns after ctx ended, the caller
+// gives back.
 func (b *Bus) claim(ctx context.Context, group, token string, limit int) ([]claimed, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	var rows []claimedRow
+	qctx, done := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer done()
 	err := b.write(func() error {
-		return b.db.WithContext(ctx).Raw(b.sql.claim, map[string]any{
+		return b.db.WithContext(qctx).Raw(b.sql.claim, map[string]any{
 			"group": group, "limit": limit, "token": token,
 			"ms": b.cfg.VisibilityTimeout.Milliseconds(),
 		}).Scan(&rows).Error
