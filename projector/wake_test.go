@@ -429,7 +429,11 @@ func TestFlowingEventsDoNotNotify(t *testing.T) {
 	}
 	during := notified.Load()
 	t.Logf("%d commits while events flowed sent %d notifications", commits, during)
-	assert.LessOrEqual(t, during, int64(commits/10), "commits notified while the projector was busy")
+	// A projector that went idle after each partial batch would be woken
+	// by nearly every commit (about 120 notifications). One that stays
+	// busy is notified only across the writer's longer stalls, which a
+	// loaded machine makes (2 to 4 quiet, 13 and 14 in CI's passes).
+	assert.LessOrEqual(t, during, int64(commits/4), "commits notified while the projector was busy")
 
 	testenv.WaitFor(t, 5*time.Second, "the projector to record itself idle", func() bool {
 		var idle []bool
