@@ -367,8 +367,19 @@ const settleTimeout = 10 * time.Second
 // when the lease ends), and returns the errors joined. more reports that a
 // claimed row had a later event of its aggregate waiting behind it, which
 // settling the batch made due.
+//
+// The claim is not cancelled with ctx (it is bounded by settleTimeout): a
+// claim cancelled after the server committed it, before its answer was
+// read, would leave its rows leased to a stopped projector for the whole
+// lease, and then count a failed attempt against each. What it claims
+// after ctx ended is published or released as untried.
 func (p *OutboxProjector) batch(ctx context.Context) (r Result, more bool, err error) {
-	rows, err := p.store.Claim(ctx, outbox.ClaimOpts{
+	if err := ctx.Err(); err != nil {
+		return r, false, err
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	rows, err := p.store.Claim(cctx, outbox.ClaimOpts{
 		Worker: p.cfg.WorkerID, Limit: p.cfg.BatchSize, Lease: p.cfg.Lease, Tenant: p.cfg.Tenant,
 		MaxBytes: max(p.cfg.MaxBatchBytes, 0), // negative: no bound
 	})

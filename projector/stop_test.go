@@ -1,0 +1,67 @@
+package projector_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/bentoevents/bento/internal/testenv"
+	"github.com/bentoevents/bento/outbox"
+	"github.com/bentoevents/bento/projector"
+)
+
+// TestStopMidClaimLeavesNothingLeased: a projector stopped while its claim
+// is on its way back (the rows leased on the server, the answer not yet
+// read) leaves none of them leased to it. Every stop of a busy projector,
+// a deploy's, can land there; rows left leased would wait out the whole
+// lease and then count a failed attempt each, spending the attempts of
+// healthy events. The projector's connections go through a proxy that
+// delays each answer 300 ms, and the test stops it as soon as the claim
+// committed.
+func TestStopMidClaimLeavesNothingLeased(t *testing.T) {
+	db, dsn := testenv.Postgres(t)
+	via, proxy := testenv.Proxied(t, dsn)
+	viaDB, err := gorm.Open(postgres.Open(via), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
+	require.NoError(t, err)
+	sqlDB, err := viaDB.DB()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sqlDB.Close() })
+
+	e := setup(t, db)
+	const events = 20
+	e.commit(t, counterIDs(events), 1)
+	store, err := outbox.NewStore(viaDB, nil)
+	require.NoError(t, err)
+	cfg := fastConfig()
+	cfg.Lease = time.Hour // what the stop leaves leased stays so
+	cfg.DisableNotify = true
+	p, err := projector.New(store, &recorder{}, cfg)
+	require.NoError(t, err)
+
+	proxy.Slow(300 * time.Millisecond)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	testenv.WaitFor(t, 30*time.Second, "the claim committed on the server", func() bool {
+		return e.count(t, "status = ?", outbox.StatusPublishing) > 0
+	})
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the projector did not stop within 30s")
+	}
+
+	assert.Zero(t, e.count(t, "status = ?", outbox.StatusPublishing), "rows left leased to a stopped projector")
+	assert.Zero(t, e.count(t, "attempts > 0"), "attempts counted against healthy events")
+	assert.EqualValues(t, events, e.count(t, "status IN ?", []outbox.Status{outbox.StatusNew, outbox.StatusSent}),
+		"every event is sent or ready for the next claim")
+}
