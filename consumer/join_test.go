@@ -8,9 +8,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
 	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/inbox"
@@ -26,10 +24,7 @@ func TestPartitionedConsumerStartsThroughADatabaseHiccup(t *testing.T) {
 	t.Parallel()
 	direct, dsn := testenv.Postgres(t)
 	require.NoError(t, inbox.Migrate(context.Background(), direct))
-	via, proxy := testenv.Proxied(t, dsn)
-	db, err := gorm.Open(postgres.Open(via), &gorm.Config{Logger: logger.Discard})
-	require.NoError(t, err)
-	t.Cleanup(func() { sqlDB, _ := db.DB(); _ = sqlDB.Close() })
+	db, proxy := testenv.ProxiedPostgres(t, dsn)
 
 	bus := messaging.NewMemoryBus()
 	t.Cleanup(func() { _ = bus.Close() })

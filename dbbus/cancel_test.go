@@ -8,9 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
 	"github.com/bentoevents/bento/dbbus"
 	"github.com/bentoevents/bento/internal/buscheck"
@@ -29,16 +27,11 @@ import (
 func cancelledMidStatement(t *testing.T) (slowed, direct *dbbus.Bus, db *gorm.DB, proxy *tcpproxy.Proxy) {
 	t.Helper()
 	db, dsn := testenv.Postgres(t)
-	via, proxy := testenv.Proxied(t, dsn)
-	viaDB, err := gorm.Open(postgres.Open(via), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
-	require.NoError(t, err)
-	sqlDB, err := viaDB.DB()
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sqlDB.Close() })
+	viaDB, proxy := testenv.ProxiedPostgres(t, dsn)
 	cfg := dbbus.Config{PollInterval: 20 * time.Millisecond, VisibilityTimeout: time.Hour}
 	direct = setup(t, db, cfg)
 	slowed = setup(t, viaDB, cfg)
-	require.NoError(t, sqlDB.Ping(), "a connection is open before the proxy slows it")
+	require.NoError(t, viaDB.Exec("SELECT 1").Error, "a connection is open before the proxy slows it")
 	return slowed, direct, db, proxy
 }
 

@@ -7,9 +7,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"gorm.io/driver/postgres"
-	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
 	"github.com/bentoevents/bento/internal/testenv"
 	"github.com/bentoevents/bento/outbox"
@@ -26,12 +23,7 @@ import (
 // committed.
 func TestStopMidClaimLeavesNothingLeased(t *testing.T) {
 	db, dsn := testenv.Postgres(t)
-	via, proxy := testenv.Proxied(t, dsn)
-	viaDB, err := gorm.Open(postgres.Open(via), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
-	require.NoError(t, err)
-	sqlDB, err := viaDB.DB()
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sqlDB.Close() })
+	viaDB, proxy := testenv.ProxiedPostgres(t, dsn)
 
 	e := setup(t, db)
 	const events = 20

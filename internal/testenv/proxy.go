@@ -4,6 +4,10 @@ import (
 	"net/url"
 	"testing"
 
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
 	"github.com/bentoevents/bento/internal/tcpproxy"
 )
 
@@ -25,4 +29,22 @@ func Proxied(t testing.TB, raw string) (string, *tcpproxy.Proxy) {
 	t.Cleanup(func() { _ = p.Close() })
 	u.Host = p.Addr()
 	return u.String(), p
+}
+
+// ProxiedPostgres is Proxied for a PostgreSQL DSN (such as the one
+// Postgres returns): it returns a GORM handle whose connections go through
+// the proxy, closed at cleanup, and the proxy.
+func ProxiedPostgres(t testing.TB, dsn string) (*gorm.DB, *tcpproxy.Proxy) {
+	t.Helper()
+	via, proxy := Proxied(t, dsn)
+	db, err := gorm.Open(postgres.Open(via), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
+	if err != nil {
+		t.Fatalf("testenv: open PostgreSQL through the proxy: %v", err)
+	}
+	t.Cleanup(func() {
+		if sqlDB, err := db.DB(); err == nil {
+			_ = sqlDB.Close()
+		}
+	})
+	return db, proxy
 }
