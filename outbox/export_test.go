@@ -25,8 +25,9 @@ func PromoteSQL(n int) string { return promoteSQL(n) }
 
 // PostgresReleaseDueSQL exposes the statement that releases due scheduled
 // messages, NextDueSQL the one that finds the next due time, and CancelSQL
-// the cancel, on PostgreSQL.
-func PostgresReleaseDueSQL() string { return pgReleaseDueSQL(false) }
+// the cancel, on PostgreSQL. A leased release is a worker's
+// (ReleaseOpts.Worker).
+func PostgresReleaseDueSQL(leased bool) string { return pgReleaseDueSQL(false, leased) }
 
 // PostgresNextDueSQL: see PostgresReleaseDueSQL.
 func PostgresNextDueSQL() string { return nextDueSQL(dialect.Postgres, false) }

@@ -711,48 +711,79 @@ VALUES (@id, @tenant, @topic, @key, @schema_version, @payload, @metadata, @occur
 RETURNING due_at`
 
 // dueRows selects up to @limit waiting rows due at @due_now, first due first
-// (outbox_scheduled_due). On PostgreSQL they are locked with SKIP LOCKED:
-// a row another projector is releasing, or that a Cancel in an open
-// transaction is deleting, is left to that transaction.
+// (outbox_scheduled_due), and of those the first ones whose payload and
+// metadata add up to no more than @max_bytes (the first always). On
+// PostgreSQL they are locked with SKIP LOCKED: a row another projector is
+// releasing, or that a Cancel in an open transaction is deleting, is left
+// to that transaction.
 func dueRows(d dialect.Dialect, byTenant bool) string {
 	lock := ""
 	if d == dialect.Postgres {
 		lock = `
-  FOR UPDATE SKIP LOCKED`
+    FOR UPDATE SKIP LOCKED`
 	}
-	return `SELECT s.id FROM outbox_scheduled s
-  WHERE ` + scheduledFilter(byTenant) + `
-    AND s.due_at <= @due_now
-  ORDER BY s.due_at, s.id
-  LIMIT @limit` + lock
+	return `SELECT b.id FROM (
+    SELECT d.id, d.size_bytes,
+           sum(d.size_bytes) OVER (ORDER BY d.due_at, d.id) AS running,
+           row_number() OVER (ORDER BY d.due_at, d.id) AS n
+    FROM (
+      SELECT s.id, s.due_at, s.size_bytes FROM outbox_scheduled s
+      WHERE ` + scheduledFilter(byTenant) + `
+        AND s.due_at <= @due_now
+      ORDER BY s.due_at, s.id
+      LIMIT @limit` + lock + `) d) b
+  WHERE b.running <= @max_bytes OR b.n = 1`
 }
 
-// releasedColumns are the outbox columns a released row fills: the
-// scheduled row's own, no aggregate (a scheduled message neither waits for
-// nor holds back any aggregate's events), new, and due at its due time, so
-// that claims take it in due order among the events.
-const releasedColumns = `INSERT INTO outbox_events (id, tenant_id, topic, aggregate_type, aggregate_id,
+// releasedInsert copies released rows (FROM s) into outbox_events, with
+// the metadata expression meta: the scheduled row's own columns, no
+// aggregate (a scheduled message neither waits for nor holds back any
+// aggregate's events), created @now. Unleased, the row is new and due at
+// its due time, so that claims take it in due order among the events;
+// leased, it is leased to @worker until @until, as a claim leaves it.
+func releasedInsert(meta string, leased bool) string {
+	state := `'new', 0, s.due_at, NULL, NULL`
+	if leased {
+		state = `'publishing', 0, @until, @worker, @until`
+	}
+	return `INSERT INTO outbox_events (id, tenant_id, topic, aggregate_type, aggregate_id,
   aggregate_version, schema_version, payload, metadata, occurred_at, created_at, status,
-  attempts, available_at, size_bytes)
-SELECT s.id, s.tenant_id, s.topic, '', '', 0, s.schema_version, s.payload, `
+  attempts, available_at, locked_by, locked_until, size_bytes)
+SELECT s.id, s.tenant_id, s.topic, '', '', 0, s.schema_version, s.payload, ` + meta + `,
+  s.occurred_at, @now, ` + state + `, s.size_bytes`
+}
 
-const releasedValues = `,
-  s.occurred_at, @now, 'new', 0, s.due_at, s.size_bytes`
+// pgDueMeta is, on PostgreSQL, a released row's metadata: the scheduled
+// row's, with its due time added (wire.DueAt).
+const pgDueMeta = `s.metadata || jsonb_build_object('` + wire.DueAt + `',
+    to_char(s.due_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))`
 
 // pgReleaseDueSQL releases the due rows in one statement: it marks them
-// released and copies them into outbox_events, with their due time added
-// to the metadata (wire.DueAt), and returns how late each one is, in
-// seconds by the database's clock.
-func pgReleaseDueSQL(byTenant bool) string {
-	return `WITH released AS (
+// released and copies them into outbox_events, and returns, first due
+// first, how late each one is in seconds by the database's clock. Leased,
+// each row of the answer is a claimed row (scanClaimed) followed by that
+// figure.
+func pgReleaseDueSQL(byTenant, leased bool) string {
+	returning := `id`
+	if leased {
+		returning = returningColumns
+	}
+	query := `WITH released AS (
   UPDATE outbox_scheduled SET released_at = @now
   WHERE id IN (` + dueRows(dialect.Postgres, byTenant) + `)
   RETURNING *
+), copied AS (
+  ` + releasedInsert(pgDueMeta, leased) + `
+  FROM released s
+  RETURNING ` + returning + `
 )
-` + releasedColumns + `s.metadata || jsonb_build_object('` + wire.DueAt + `',
-    to_char(s.due_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))` + releasedValues + `
-FROM released s
-RETURNING EXTRACT(EPOCH FROM (CAST(@due_now AS timestamptz) - available_at))`
+SELECT `
+	if leased {
+		query += `false, c.*, false, `
+	}
+	return query + `EXTRACT(EPOCH FROM (CAST(@due_now AS timestamptz) - r.due_at))
+FROM copied c JOIN released r ON r.id = c.id
+ORDER BY r.due_at, r.id`
 }
 
 // sqliteReleaseMarkSQL marks the due rows released and returns their ids
@@ -764,10 +795,19 @@ WHERE id IN (` + dueRows(dialect.SQLite, byTenant) + `)
 RETURNING id, due_at`
 }
 
-const sqliteReleaseCopySQL = releasedColumns + `json_set(s.metadata, '$.` + wire.DueAt + `',
-    strftime('%Y-%m-%dT%H:%M:%fZ', s.due_at))` + releasedValues + `
+// sqliteReleaseCopySQL copies the rows marked released (@ids) into
+// outbox_events, leased or not (releasedInsert).
+func sqliteReleaseCopySQL(leased bool) string {
+	return releasedInsert(`json_set(s.metadata, '$.`+wire.DueAt+`',
+    strftime('%Y-%m-%dT%H:%M:%fZ', s.due_at))`, leased) + `
 FROM outbox_scheduled s
 WHERE s.id IN @ids`
+}
+
+// sqliteLeasedSQL reads the rows a leased release copied (@ids) as a claim
+// returns them (scanClaimed).
+const sqliteLeasedSQL = `SELECT false, ` + returningColumns + `, false
+FROM outbox_events WHERE outbox_events.id IN @ids`
 
 // nextDueSQL finds the first waiting row: on PostgreSQL its due time as
 // seconds from @due_now (negative when it is already due), read by the

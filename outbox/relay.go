@@ -220,8 +220,12 @@ func readClaim(db *gorm.DB, args map[string]any, query string, edgeTo *edge) ([]
 	defer rows.Close()
 	var held int64
 	var out []*Message
+	var extra []any
+	if edgeTo != nil {
+		extra = []any{&edgeTo.at, &edgeTo.id}
+	}
 	for rows.Next() {
-		m, wasHeld, err := scanClaimed(rows, edgeTo)
+		m, wasHeld, err := scanClaimed(rows, extra...)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -235,11 +239,11 @@ func readClaim(db *gorm.DB, args map[string]any, query string, edgeTo *edge) ([]
 }
 
 // scanClaimed reads one row of a claim: the held-back flag, then
-// returningColumns, then nextWaits, then, when e is not nil (PostgreSQL),
-// the round's edge into e. It replaces GORM's reflection-driven Scan on the
-// relay's hot path, where that was most of a claim's CPU in the relay
-// process.
-func scanClaimed(rows *sql.Rows, e *edge) (*Message, bool, error) {
+// returningColumns, then nextWaits, then the columns after them into
+// extra (a PostgreSQL claim's edge, a leased release's lateness). It
+// replaces GORM's reflection-driven Scan on the relay's hot path, where
+// that was most of a claim's CPU in the relay process.
+func scanClaimed(rows *sql.Rows, extra ...any) (*Message, bool, error) {
 	m := &Message{}
 	var status string
 	var held bool
@@ -247,10 +251,7 @@ func scanClaimed(rows *sql.Rows, e *edge) (*Message, bool, error) {
 		&m.SchemaVersion, &m.Payload, &m.Metadata, &m.OccurredAt, &m.CreatedAt, &status,
 		&m.Attempts, &m.AvailableAt, &m.LockedBy, &m.LockedUntil, &m.LastError, &m.PublishedAt,
 		&m.FailedAt, &m.DedupKey, &m.SizeBytes, &m.NextWaits}
-	if e != nil {
-		dest = append(dest, &e.at, &e.id)
-	}
-	err := rows.Scan(dest...)
+	err := rows.Scan(append(dest, extra...)...)
 	m.Status = Status(status)
 	m.Held = held
 	return m, held, err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sort"
 	"time"
 
 	"gorm.io/gorm"
@@ -283,6 +284,18 @@ type ReleaseOpts struct {
 	Tenant string
 	// Limit is the most messages one call releases. Defaults to 500.
 	Limit int
+	// MaxBytes, when positive, bounds the payload and metadata bytes of the
+	// messages released together; the first due is released whatever its
+	// size. Zero means no bound.
+	MaxBytes int64
+	// Worker, when set, leases the released messages to that worker for
+	// Lease, as Store.Claim would, and returns them in Release.Leased, so
+	// the worker publishes them without a claim of their own. Its outcomes
+	// are recorded as a claim's: MarkSent, Fail, Release.
+	Worker string
+	// Lease is how long the released messages stay leased to Worker, by
+	// the database's clock. Required with Worker.
+	Lease time.Duration
 }
 
 // Release is what [Store.ReleaseDue] did.
@@ -298,6 +311,9 @@ type Release struct {
 	// Late is, for each message released, how long after its due time it
 	// was released, by the database's clock.
 	Late []time.Duration
+	// Leased are the messages released, leased to ReleaseOpts.Worker, in
+	// due order; empty without a Worker.
+	Leased []*Message
 }
 
 // defaultReleaseLimit is ReleaseOpts.Limit's default.
@@ -306,26 +322,41 @@ const defaultReleaseLimit = 500
 // ReleaseDue moves the scheduled messages that are due by the database's
 // clock into the outbox, first due first, in one transaction: each becomes
 // a new outbox row with its scheduled id, due at its due time, its
-// metadata carrying that time (messaging.MetaDueAt), for the next claim.
+// metadata carrying that time (messaging.MetaDueAt), for the next claim,
+// or, with opts.Worker, already leased to that worker and returned.
 // Projectors call it before they claim; several may run it at once (on
 // PostgreSQL each takes different rows). It also reports when the next
 // waiting message falls due, so a projector can sleep until then.
 //
-// Errors: ErrClosed, or the database error; nothing is released then.
+// Errors: ErrInvalidClaim for a Worker without a positive Lease or a
+// negative MaxBytes, ErrClosed, or the database error; nothing is
+// released then.
 func (s *Store) ReleaseDue(ctx context.Context, opts ReleaseOpts) (Release, error) {
+	if opts.MaxBytes < 0 || opts.Worker != "" && opts.Lease <= 0 {
+		return Release{}, fmt.Errorf("%w: release for worker %q, lease %v, max bytes %d",
+			ErrInvalidClaim, opts.Worker, opts.Lease, opts.MaxBytes)
+	}
 	limit := opts.Limit
 	if limit <= 0 {
 		limit = defaultReleaseLimit
 	}
-	args := map[string]any{"now": s.clock.now(), "due_now": s.dueClock.now(), "tenant": opts.Tenant, "limit": limit}
+	maxBytes := opts.MaxBytes
+	if maxBytes == 0 {
+		maxBytes = math.MaxInt64
+	}
+	args := map[string]any{"now": s.clock.now(), "due_now": s.dueClock.now(), "tenant": opts.Tenant,
+		"limit": limit, "max_bytes": maxBytes}
+	if opts.Worker != "" {
+		args["worker"], args["until"] = opts.Worker, s.clock.in(opts.Lease)
+	}
 	var (
 		out Release
 		err error
 	)
 	if s.dialect == dialect.Postgres {
-		out.Late, err = s.releasePostgres(ctx, args)
+		out.Late, out.Leased, err = s.releasePostgres(ctx, args)
 	} else {
-		out.Late, err = s.releaseSQLite(ctx, args)
+		out.Late, out.Leased, err = s.releaseSQLite(ctx, args)
 	}
 	if err != nil {
 		return Release{}, wrapDB("outbox: release due", err)
@@ -345,51 +376,68 @@ func (s *Store) ReleaseDue(ctx context.Context, opts ReleaseOpts) (Release, erro
 }
 
 // releasePostgres releases in one statement and returns how late each
-// released message is.
-func (s *Store) releasePostgres(ctx context.Context, args map[string]any) ([]time.Duration, error) {
-	rows, err := s.db.WithContext(ctx).Raw(pgReleaseDueSQL(args["tenant"] != ""), args).Rows()
+// released message is, and the messages when they were leased.
+func (s *Store) releasePostgres(ctx context.Context, args map[string]any) ([]time.Duration, []*Message, error) {
+	leased := args["worker"] != nil
+	rows, err := s.db.WithContext(ctx).Raw(pgReleaseDueSQL(args["tenant"] != "", leased), args).Rows()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer rows.Close()
-	var late []time.Duration
+	var (
+		late []time.Duration
+		msgs []*Message
+	)
 	for rows.Next() {
 		var secs float64
-		if err := rows.Scan(&secs); err != nil {
-			return nil, err
+		if leased {
+			m, _, err := scanClaimed(rows, &secs)
+			if err != nil {
+				return nil, nil, err
+			}
+			msgs = append(msgs, m)
+		} else if err := rows.Scan(&secs); err != nil {
+			return nil, nil, err
 		}
 		late = append(late, seconds(secs))
 	}
-	return late, rows.Err()
+	return late, msgs, rows.Err()
 }
 
 // releaseSQLite marks and copies in two statements of one transaction,
-// which SQLite runs alone: its first statement writes.
-func (s *Store) releaseSQLite(ctx context.Context, args map[string]any) ([]time.Duration, error) {
-	var late []time.Duration
+// which SQLite runs alone (its first statement writes), and then reads the
+// copies when they were leased.
+func (s *Store) releaseSQLite(ctx context.Context, args map[string]any) ([]time.Duration, []*Message, error) {
+	leased := args["worker"] != nil
+	var (
+		late []time.Duration
+		msgs []*Message
+	)
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		rows, err := tx.Raw(sqliteReleaseMarkSQL(args["tenant"] != ""), args).Rows()
 		if err != nil {
 			return err
 		}
 		now := s.dueClock.goNow()
-		var ids []string
+		var (
+			ids []string
+			due []time.Time
+		)
 		for rows.Next() {
 			var (
-				id  string
-				due any
+				id string
+				at any
 			)
-			if err := rows.Scan(&id, &due); err != nil {
+			if err := rows.Scan(&id, &at); err != nil {
 				rows.Close()
 				return err
 			}
-			t, err := dbTime(due)
+			t, err := dbTime(at)
 			if err != nil {
 				rows.Close()
 				return err
 			}
-			ids = append(ids, id)
-			late = append(late, now.Sub(t))
+			ids, due = append(ids, id), append(due, t)
 		}
 		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 			return err
@@ -397,19 +445,45 @@ func (s *Store) releaseSQLite(ctx context.Context, args map[string]any) ([]time.
 		if len(ids) == 0 {
 			return nil
 		}
-		res := tx.Exec(sqliteReleaseCopySQL, map[string]any{"now": args["now"], "ids": ids})
+		// Due order, which RETURNING does not promise.
+		order := make([]int, len(ids))
+		for i := range order {
+			order[i] = i
+		}
+		sort.Slice(order, func(a, b int) bool {
+			i, j := order[a], order[b]
+			return due[i].Before(due[j]) || due[i].Equal(due[j]) && ids[i] < ids[j]
+		})
+		sorted := make([]string, len(ids))
+		for k, i := range order {
+			sorted[k] = ids[i]
+			late = append(late, now.Sub(due[i]))
+		}
+		copyArgs := map[string]any{"now": args["now"], "ids": sorted, "worker": args["worker"], "until": args["until"]}
+		res := tx.Exec(sqliteReleaseCopySQL(leased), copyArgs)
 		if res.Error != nil {
 			return res.Error
 		}
 		if res.RowsAffected != int64(len(ids)) {
 			return fmt.Errorf("released %d scheduled messages, wrote %d outbox rows", len(ids), res.RowsAffected)
 		}
+		if leased {
+			msgs, _, err = readClaim(tx, copyArgs, sqliteLeasedSQL, nil)
+			if err != nil {
+				return err
+			}
+			pos := make(map[string]int, len(sorted))
+			for k, id := range sorted {
+				pos[id] = k
+			}
+			sort.Slice(msgs, func(a, b int) bool { return pos[msgs[a].ID] < pos[msgs[b].ID] })
+		}
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return late, nil
+	return late, msgs, nil
 }
 
 // nextDue returns how long until the first waiting message falls due, and

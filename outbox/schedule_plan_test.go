@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -66,14 +67,16 @@ func scheduledScans(e explained) []string {
 func checkScheduledPlans(t *testing.T, db *gorm.DB, state string) {
 	t.Helper()
 	errRollback := errors.New("rolled back")
-	now := map[string]any{"now": gorm.Expr("now()"), "due_now": gorm.Expr("now()"), "tenant": "", "limit": 500}
+	now := map[string]any{"now": gorm.Expr("now()"), "due_now": gorm.Expr("now()"), "tenant": "", "limit": 500,
+		"max_bytes": math.MaxInt64, "worker": "w", "until": gorm.Expr("now() + interval '1 minute'")}
 	for _, c := range []struct {
 		what  string
 		query string
 		args  any
 		rows  int64
 	}{
-		{"release of the due messages", outbox.PostgresReleaseDueSQL(), now, dueNow},
+		{"release of the due messages", outbox.PostgresReleaseDueSQL(false), now, dueNow},
+		{"leased release of the due messages", outbox.PostgresReleaseDueSQL(true), now, dueNow},
 		{"next due time", outbox.PostgresNextDueSQL(), now, 1},
 		{"cancel by key", outbox.CancelSQL, map[string]any{"tenant": "default", "key": "k500000"}, 1},
 	} {

@@ -428,3 +428,62 @@ func TestReleaseDueInBatches(t *testing.T) {
 	assert.Equal(t, 1, r.Released)
 	assert.False(t, r.Waiting)
 }
+
+// TestReleaseDueLeasesToTheWorker: a release for a worker hands it the due
+// messages already leased, first due first, as a claim would: no other
+// worker can claim them, the worker records their outcome as a claim's,
+// and one whose lease runs out is claimed again by another worker, the
+// takeover counted as a failed attempt. A byte budget bounds the release
+// (the first message always goes), and a worker without a lease is refused.
+func TestReleaseDueLeasesToTheWorker(t *testing.T) {
+	testenv.ForEachBackend(t, func(t *testing.T, _ testenv.Backend, db *gorm.DB) {
+		ctx := context.Background()
+		e := setup(t, db, nil)
+		var ids []string
+		for i := range 3 {
+			ids = append(ids, e.schedule(ctx, t, "order.reminder", outbox.At(epoch.Add(time.Duration(3-i)*time.Second)), nil).ID)
+		}
+		e.stamper.Advance(time.Minute)
+
+		_, err := e.store.ReleaseDue(ctx, outbox.ReleaseOpts{Worker: "w1"})
+		require.ErrorIs(t, err, outbox.ErrInvalidClaim, "a worker without a lease")
+		_, err = e.store.ReleaseDue(ctx, outbox.ReleaseOpts{MaxBytes: -1})
+		require.ErrorIs(t, err, outbox.ErrInvalidClaim, "a negative byte budget")
+
+		r, err := e.store.ReleaseDue(ctx, outbox.ReleaseOpts{Worker: "w1", Lease: time.Minute})
+		require.NoError(t, err)
+		require.Equal(t, 3, r.Released)
+		require.Len(t, r.Leased, 3)
+		for i, m := range r.Leased {
+			assert.Equal(t, ids[2-i], m.ID, "due order")
+			assert.Equal(t, outbox.StatusPublishing, m.Status)
+			require.NotNil(t, m.LockedBy)
+			assert.Equal(t, "w1", *m.LockedBy)
+			assert.Zero(t, m.Attempts)
+			assert.Equal(t, "order.reminder", m.Topic)
+			assert.Contains(t, m.Metadata, messaging.MetaDueAt)
+			assert.InDelta(t, float64(59-i), r.Late[i].Seconds(), 0.01, "lateness of %s", m.ID)
+		}
+		assert.False(t, r.Waiting)
+		assert.Empty(t, e.claimAll(ctx, t), "another worker claimed a leased release")
+
+		n, err := e.store.MarkSent(ctx, "w1", []string{r.Leased[0].ID})
+		require.NoError(t, err)
+		assert.EqualValues(t, 1, n)
+		e.stamper.Advance(2 * time.Minute)
+		got := e.claimAll(ctx, t)
+		require.Len(t, got, 2, "the lapsed leases are claimed again")
+		for _, m := range got {
+			assert.Equal(t, 1, m.Attempts, "the takeover of %s counts as an attempt", m.ID)
+		}
+
+		first := e.schedule(ctx, t, "order.reminder", outbox.After(time.Second), nil)
+		e.schedule(ctx, t, "order.reminder", outbox.After(2*time.Second), nil)
+		e.stamper.Advance(time.Minute)
+		r, err = e.store.ReleaseDue(ctx, outbox.ReleaseOpts{Worker: "w1", Lease: time.Minute, MaxBytes: 1})
+		require.NoError(t, err)
+		require.Len(t, r.Leased, 1, "a budget smaller than one message releases the first alone")
+		assert.Equal(t, first.ID, r.Leased[0].ID)
+		assert.True(t, r.Waiting, "the second still waits")
+	})
+}

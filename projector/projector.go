@@ -130,7 +130,7 @@ func (p *OutboxProjector) Drain(ctx context.Context) (Result, error) {
 		if _, err := p.store.ReleaseDue(ctx, outbox.ReleaseOpts{Tenant: p.cfg.Tenant, Limit: p.cfg.BatchSize}); err != nil {
 			return total, err
 		}
-		r, _, err := p.batch(ctx)
+		r, _, err := p.batch(ctx, nil)
 		total.add(r)
 		if err != nil {
 			return total, err
@@ -187,8 +187,8 @@ func (p *OutboxProjector) Run(ctx context.Context) error {
 	errDelay := p.cfg.BusySleep
 	rel := &releaser{p: p}
 	for ctx.Err() == nil {
-		due := rel.run(ctx)
-		r, more, err := p.batch(ctx)
+		due, leased := rel.run(ctx)
+		r, more, err := p.batch(ctx, leased)
 		var sleep time.Duration
 		switch {
 		case err != nil && ctx.Err() == nil:
@@ -373,22 +373,32 @@ const settleTimeout = 10 * time.Second
 // read, would leave its rows leased to a stopped projector for the whole
 // lease, and then count a failed attempt against each. What it claims
 // after ctx ended is published or released as untried.
-func (p *OutboxProjector) batch(ctx context.Context) (r Result, more bool, err error) {
-	if err := ctx.Err(); err != nil {
-		return r, false, err
+//
+// leased are rows already leased to the projector (scheduled messages its
+// releaser released to it): the batch publishes them with what it claims,
+// claiming only what room they leave, and settles them the same way.
+func (p *OutboxProjector) batch(ctx context.Context, leased []*outbox.Message) (r Result, more bool, err error) {
+	rows := leased
+	budget := max(p.cfg.MaxBatchBytes, 0) // negative: no bound
+	for _, row := range leased {
+		budget -= int64(row.SizeBytes)
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-	defer cancel()
-	rows, err := p.store.Claim(cctx, outbox.ClaimOpts{
-		Worker: p.cfg.WorkerID, Limit: p.cfg.BatchSize, Lease: p.cfg.Lease, Tenant: p.cfg.Tenant,
-		MaxBytes: max(p.cfg.MaxBatchBytes, 0), // negative: no bound
-	})
-	if err != nil {
-		return r, false, err
+	var claimErr error
+	if err := ctx.Err(); err != nil {
+		claimErr = err
+	} else if len(rows) < p.cfg.BatchSize && (len(rows) == 0 || p.cfg.MaxBatchBytes < 0 || budget > 0) {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+		defer cancel()
+		claimed, err := p.store.Claim(cctx, outbox.ClaimOpts{
+			Worker: p.cfg.WorkerID, Limit: p.cfg.BatchSize - len(rows), Lease: p.cfg.Lease, Tenant: p.cfg.Tenant,
+			MaxBytes: max(budget, 0),
+		})
+		claimErr = err
+		rows = append(rows, claimed...)
 	}
 	r.Claimed = len(rows)
 	if len(rows) == 0 {
-		return r, false, nil
+		return r, false, claimErr
 	}
 	outcomes := p.publish(ctx, rows)
 
@@ -449,7 +459,7 @@ func (p *OutboxProjector) batch(ctx context.Context) (r Result, more bool, err e
 			r.Released = len(untried)
 		}
 	}
-	return r, more, errors.Join(errs...)
+	return r, more, errors.Join(append(errs, claimErr)...)
 }
 
 var errNotTried = errors.New("not tried")

@@ -18,8 +18,10 @@ import (
 const releaseRecheck = 50 * time.Millisecond
 
 // releaser moves due scheduled messages into the outbox before the
-// projector claims (outbox.Store.ReleaseDue), and knows when the next one
-// falls due, so the projector sleeps no longer than that.
+// projector claims (outbox.Store.ReleaseDue), leased to the projector, so
+// that its next batch publishes them without claiming them first; and it
+// knows when the next one falls due, so the projector sleeps no longer
+// than that.
 type releaser struct {
 	p    *OutboxProjector
 	next time.Time // when to look again, by the host's monotonic clock
@@ -46,14 +48,24 @@ func (r *releaser) woken() {
 }
 
 // run releases what is due when it is time to look, and returns how long
-// the projector may sleep before it must look again.
-func (r *releaser) run(ctx context.Context) time.Duration {
+// the projector may sleep before it must look again, and the messages it
+// released, leased to the projector, for its next batch.
+//
+// Like the claim, the release is not cancelled with ctx (it is bounded by
+// settleTimeout): one cancelled after the server committed it would leave
+// what it released leased to a stopped projector for the whole lease. The
+// batch releases what it gets after ctx ended as untried.
+func (r *releaser) run(ctx context.Context) (time.Duration, []*outbox.Message) {
 	now := time.Now()
-	if now.Before(r.next) {
-		return r.sleep(now)
+	if now.Before(r.next) || ctx.Err() != nil {
+		return r.sleep(now), nil
 	}
 	r.last, r.woke = now, false
-	res, err := r.p.store.ReleaseDue(ctx, outbox.ReleaseOpts{Tenant: r.p.cfg.Tenant, Limit: r.p.cfg.BatchSize})
+	cfg := r.p.cfg
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	res, err := r.p.store.ReleaseDue(rctx, outbox.ReleaseOpts{Tenant: cfg.Tenant, Limit: cfg.BatchSize,
+		MaxBytes: max(cfg.MaxBatchBytes, 0), Worker: cfg.WorkerID, Lease: cfg.Lease})
 	if err != nil {
 		if ctx.Err() == nil {
 			r.p.log.Error("releasing due scheduled messages failed", "err", err)
@@ -68,7 +80,7 @@ func (r *releaser) run(ctx context.Context) time.Duration {
 		if !r.due.After(now) || r.due.After(r.next) {
 			r.due = r.next
 		}
-		return r.sleep(now)
+		return r.sleep(now), nil
 	}
 	r.errDelay = 0
 	r.p.metrics.released(res.Late)
@@ -80,7 +92,7 @@ func (r *releaser) run(ctx context.Context) time.Duration {
 			r.next = r.due
 		}
 	}
-	return r.sleep(now)
+	return r.sleep(now), res.Leased
 }
 
 // sleep is how long from now the projector may sleep: until the next known

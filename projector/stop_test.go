@@ -22,12 +22,38 @@ import (
 // delays each answer 300 ms, and the test stops it as soon as the claim
 // committed.
 func TestStopMidClaimLeavesNothingLeased(t *testing.T) {
+	const events = 20
+	stopMidStatement(t, events, func(t *testing.T, e *env) {
+		e.commit(t, counterIDs(events), 1)
+	})
+}
+
+// TestStopMidReleaseLeavesNothingLeased: the same for the release of due
+// scheduled messages, which leases what it releases to the projector: a
+// stop while its answer is on its way back leaves none of them leased.
+func TestStopMidReleaseLeavesNothingLeased(t *testing.T) {
+	const messages = 20
+	stopMidStatement(t, messages, func(t *testing.T, e *env) {
+		tx := e.db.Begin()
+		require.NoError(t, tx.Error)
+		for range messages {
+			_, err := e.store.Schedule(t.Context(), tx, "reminder.due", map[string]int{"n": 1}, outbox.At(time.Now().Add(-time.Minute)), nil)
+			require.NoError(t, err)
+		}
+		require.NoError(t, tx.Commit().Error)
+	})
+}
+
+// stopMidStatement writes n messages with write, runs a projector whose
+// connections answer 300 ms late, stops it as soon as a statement leased
+// rows to it on the server, and checks that none stays leased, that no
+// attempt was counted, and that each of the n is sent or ready.
+func stopMidStatement(t *testing.T, n int, write func(*testing.T, *env)) {
 	db, dsn := testenv.Postgres(t)
 	viaDB, proxy := testenv.ProxiedPostgres(t, dsn)
 
 	e := setup(t, db)
-	const events = 20
-	e.commit(t, counterIDs(events), 1)
+	write(t, e)
 	store, err := outbox.NewStore(viaDB, nil)
 	require.NoError(t, err)
 	cfg := fastConfig()
@@ -54,6 +80,6 @@ func TestStopMidClaimLeavesNothingLeased(t *testing.T) {
 
 	assert.Zero(t, e.count(t, "status = ?", outbox.StatusPublishing), "rows left leased to a stopped projector")
 	assert.Zero(t, e.count(t, "attempts > 0"), "attempts counted against healthy events")
-	assert.EqualValues(t, events, e.count(t, "status IN ?", []outbox.Status{outbox.StatusNew, outbox.StatusSent}),
-		"every event is sent or ready for the next claim")
+	assert.EqualValues(t, n, e.count(t, "status IN ?", []outbox.Status{outbox.StatusNew, outbox.StatusSent}),
+		"every message is sent or ready for the next claim")
 }
