@@ -29,6 +29,7 @@ var (
 	flagStacks   = flag.String("chaos.stacks", "", "comma-separated stacks (default: all three)")
 	flagKeep     = flag.Bool("chaos.keep", false, "keep each run's schema and queues for inspection")
 	flagDir      = flag.String("chaos.dir", "", "keep the processes' logs in this directory (default: a temporary one)")
+	flagRate     = flag.Int("chaos.rate", 0, "commands a second the writers run together (default: chaos.Config's, 30 on SQLite)")
 )
 
 // Item is the workload's aggregate: a counter that records ItemAdded.
@@ -223,6 +224,9 @@ func TestCampaign(t *testing.T) {
 					cfg.PostgresDSN = testenv.RequirePostgres(t)
 				case chaos.SQLiteDatabaseBus:
 					cfg.Rate = 30 // one file for every process
+				}
+				if *flagRate > 0 {
+					cfg.Rate = *flagRate
 				}
 				r := chaos.Run(t, sys, cfg)
 				t.Logf("timeline:\n%s", r.TimelineString())
