@@ -189,7 +189,13 @@ func TestCancelRacesRelease(t *testing.T) {
 		var wg sync.WaitGroup
 		stop := make(chan struct{})
 		relays := 3
-		for range relays {
+		for i := range relays {
+			// Two release leased to themselves, as projectors do; one
+			// releases for the next claim, as Drain does.
+			opts := outbox.ReleaseOpts{Limit: 7}
+			if i > 0 {
+				opts.Worker, opts.Lease = fmt.Sprintf("relay-%d", i), time.Minute
+			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -199,7 +205,7 @@ func TestCancelRacesRelease(t *testing.T) {
 						return
 					default:
 					}
-					if _, err := e.store.ReleaseDue(ctx, outbox.ReleaseOpts{Limit: 7}); err != nil {
+					if _, err := e.store.ReleaseDue(ctx, opts); err != nil {
 						t.Errorf("release: %v", err)
 						return
 					}
