@@ -3,6 +3,7 @@ package bentotest
 import (
 	"encoding/json"
 	"sync"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -52,8 +53,10 @@ func (e *Env) Message(t TB, ev aggregate.Event, opts *MessageOpts) *message.Mess
 }
 
 // Deliver publishes times copies of msg to the bus at once (as redeliveries
-// and racing duplicates would arrive) and drains. Its routing key is the
-// message's event type.
+// and racing duplicates would arrive), waits until the consumers have
+// handled them, and then drains: what the outbox holds already (a
+// scheduled message released, say) reaches the consumers after msg, not
+// racing it. Its routing key is the message's event type.
 func (e *Env) Deliver(t TB, msg *message.Message, times int) {
 	t.Helper()
 	topic := msg.Metadata.Get(messaging.MetaEventType)
@@ -73,6 +76,7 @@ func (e *Env) Deliver(t TB, msg *message.Message, times int) {
 			t.Fatalf("bentotest: deliver %s: %v (is a consumer of %s started?)", msg.UUID, err, topic)
 		}
 	}
+	e.waitIdle(t, time.Now().Add(e.drainTimeout))
 	e.Drain(t)
 }
 

@@ -192,6 +192,18 @@ func (e *Env) Start(t TB, c *consumer.Consumer) {
 const busyHint = "a handler may be writing through a *gorm.DB outside its message's transaction " +
 	"(on SQLite such a write waits for the lock that transaction holds); write through the tx the handler receives"
 
+// waitIdle waits until every started consumer has handled what reached
+// it, and fails t at deadline.
+func (e *Env) waitIdle(t TB, deadline time.Time) {
+	t.Helper()
+	for !e.Bus.Idle() {
+		if time.Now().After(deadline) {
+			t.Fatalf("bentotest: consumers still busy after %v: %s", e.drainTimeout, busyHint)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // DrainResult counts what Drain relayed.
 type DrainResult struct {
 	// Published is how many events the projector published.
@@ -225,12 +237,7 @@ func (e *Env) Drain(t TB) DrainResult {
 		}
 		total.Published += res.Published
 		total.Failed += res.Failed
-		for !e.Bus.Idle() {
-			if time.Now().After(deadline) {
-				t.Fatalf("bentotest: consumers still busy after %v: %s", e.drainTimeout, busyHint)
-			}
-			time.Sleep(time.Millisecond)
-		}
+		e.waitIdle(t, deadline)
 		if res.Claimed == 0 {
 			return total
 		}
