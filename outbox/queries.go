@@ -805,9 +805,11 @@ WHERE s.id IN @ids`
 }
 
 // sqliteLeasedSQL reads the rows a leased release copied (@ids) as a claim
-// returns them (scanClaimed).
+// returns them (scanClaimed), first due first.
 const sqliteLeasedSQL = `SELECT false, ` + returningColumns + `, false
-FROM outbox_events WHERE outbox_events.id IN @ids`
+FROM outbox_events JOIN outbox_scheduled s ON s.id = outbox_events.id
+WHERE outbox_events.id IN @ids
+ORDER BY s.due_at, s.id`
 
 // nextDueSQL finds the first waiting row: on PostgreSQL its due time as
 // seconds from @due_now (negative when it is already due), read by the

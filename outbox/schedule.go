@@ -418,48 +418,43 @@ func (s *Store) releaseSQLite(ctx context.Context, args map[string]any) ([]time.
 		if err != nil {
 			return err
 		}
-		now := s.dueClock.goNow()
-		var (
-			ids []string
-			due []time.Time
-		)
+		type marked struct {
+			id  string
+			due time.Time
+		}
+		var got []marked
 		for rows.Next() {
 			var (
-				id string
+				m  marked
 				at any
 			)
-			if err := rows.Scan(&id, &at); err != nil {
+			if err := rows.Scan(&m.id, &at); err != nil {
 				rows.Close()
 				return err
 			}
-			t, err := dbTime(at)
-			if err != nil {
+			if m.due, err = dbTime(at); err != nil {
 				rows.Close()
 				return err
 			}
-			ids, due = append(ids, id), append(due, t)
+			got = append(got, m)
 		}
 		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 			return err
 		}
-		if len(ids) == 0 {
+		if len(got) == 0 {
 			return nil
 		}
 		// Due order, which RETURNING does not promise.
-		order := make([]int, len(ids))
-		for i := range order {
-			order[i] = i
-		}
-		sort.Slice(order, func(a, b int) bool {
-			i, j := order[a], order[b]
-			return due[i].Before(due[j]) || due[i].Equal(due[j]) && ids[i] < ids[j]
+		sort.Slice(got, func(a, b int) bool {
+			return got[a].due.Before(got[b].due) || got[a].due.Equal(got[b].due) && got[a].id < got[b].id
 		})
-		sorted := make([]string, len(ids))
-		for k, i := range order {
-			sorted[k] = ids[i]
-			late = append(late, now.Sub(due[i]))
+		now := s.dueClock.goNow()
+		ids := make([]string, len(got))
+		for i, m := range got {
+			ids[i] = m.id
+			late = append(late, now.Sub(m.due))
 		}
-		copyArgs := map[string]any{"now": args["now"], "ids": sorted, "worker": args["worker"], "until": args["until"]}
+		copyArgs := map[string]any{"now": args["now"], "ids": ids, "worker": args["worker"], "until": args["until"]}
 		res := tx.Exec(sqliteReleaseCopySQL(leased), copyArgs)
 		if res.Error != nil {
 			return res.Error
@@ -469,16 +464,8 @@ func (s *Store) releaseSQLite(ctx context.Context, args map[string]any) ([]time.
 		}
 		if leased {
 			msgs, _, err = readClaim(tx, copyArgs, sqliteLeasedSQL, nil)
-			if err != nil {
-				return err
-			}
-			pos := make(map[string]int, len(sorted))
-			for k, id := range sorted {
-				pos[id] = k
-			}
-			sort.Slice(msgs, func(a, b int) bool { return pos[msgs[a].ID] < pos[msgs[b].ID] })
 		}
-		return nil
+		return err
 	})
 	if err != nil {
 		return nil, nil, err
