@@ -120,11 +120,8 @@ func Browse(ctx context.Context, db *gorm.DB, group string, limit int, fn func(B
 			}
 			// Bodies are locked in id order, as acks lock them, so a browse
 			// and the acks of other groups' deliveries cannot deadlock.
-			if lq := statementsFor(d).lockBodies; lq != "" {
-				var locked []string
-				if err := tx.Raw(lq, ids).Scan(&locked).Error; err != nil {
-					return wrapDB("browse: lock messages", err)
-				}
+			if err := lockMessages(tx, d, ids); err != nil {
+				return wrapDB("browse: lock messages", err)
 			}
 			var touched []string
 			moved := false
@@ -156,7 +153,7 @@ func Browse(ctx context.Context, db *gorm.DB, group string, limit int, fn func(B
 				}
 			}
 			if len(touched) > 0 {
-				if err := tx.Exec(deleteBodies, touched).Error; err != nil {
+				if err := deleteOrphans(tx, touched); err != nil {
 					return wrapDB("browse: delete messages", err)
 				}
 			}

@@ -11,3 +11,15 @@ var (
 // TakeOverSQL is the statement a new owner of a queue runs, for the plan
 // tests.
 var TakeOverSQL = takeOver
+
+// The statements of a settle and of a read of bodies on PostgreSQL, for
+// the plan tests.
+var (
+	PostgresReadBodiesSQL   = pgStatements.readBodies
+	PostgresLockBodiesSQL   = pgStatements.lockBodies
+	PostgresDeleteBodiesSQL = pgStatements.deleteBodies
+	PostgresTexts           = pgStatements.texts
+	DeleteDeliveriesSQL     = deleteDeliveries
+	ReleaseDeliveriesSQL    = releaseDeliveries
+	PostgresRenewSQL        = pgStatements.renew
+)

@@ -152,7 +152,7 @@ func PurgeUnroutable(ctx context.Context, db *gorm.DB, olderThan time.Duration) 
 			if len(gone) == 0 {
 				return nil
 			}
-			return tx.Exec(deleteBodies, gone).Error
+			return deleteOrphans(tx, gone)
 		})
 		if err != nil {
 			return total, wrapDB("purge unroutable", err)
@@ -282,7 +282,7 @@ func DeleteGroup(ctx context.Context, db *gorm.DB, group string) (Deleted, error
 					if len(gone) == 0 {
 						return nil
 					}
-					return tx.Exec(deleteBodies, gone).Error
+					return deleteOrphans(tx, gone)
 				})
 				if err != nil {
 					return del, wrapDB("delete group", err)
@@ -303,13 +303,13 @@ func DeleteGroup(ctx context.Context, db *gorm.DB, group string) (Deleted, error
 // another group's delivery of the same message, so the last of them sees
 // the other's delete and deletes the body (none is left behind).
 func lockMessages(tx *gorm.DB, d dialect.Dialect, msgIDs []string) error {
-	q := statementsFor(d).lockBodies
-	if q == "" {
+	s := statementsFor(d)
+	if s.lockBodies == "" {
 		return nil
 	}
 	ids := slices.Clone(msgIDs)
 	slices.Sort(ids)
 	ids = slices.Compact(ids)
 	var locked []string
-	return tx.Raw(q, ids).Scan(&locked).Error
+	return tx.Raw(s.lockBodies, s.texts(ids)).Scan(&locked).Error
 }

@@ -42,6 +42,14 @@ type statements struct {
 	// renew extends, to @ms milliseconds from now, the leases of the
 	// deliveries ? (ids) still leased under token ?.
 	renew string
+	// readBodies reads the bodies of the message ids ? (texts), on every
+	// topic: a delivery's is the one of its topic.
+	readBodies string
+	// deleteBodies removes the bodies, of the message ids ? (texts), that
+	// no delivery references any more.
+	deleteBodies string
+	// texts is how a list of strings is passed to the statements above.
+	texts func([]string) any
 }
 
 var pgStatements = statements{
@@ -66,8 +74,21 @@ WHERE id IN (
 	LIMIT @limit
 	FOR UPDATE SKIP LOCKED
 ) AND lease_token IS NOT NULL AND leased_until < now()`,
-	lockBodies: `SELECT id FROM dbbus_messages WHERE id IN ? ORDER BY id FOR UPDATE`,
-	browse:     peekDeliveries + "\nFOR UPDATE",
+	// The statements keyed by a list of message ids probe the primary key
+	// once per id (unnest ... CROSS JOIN LATERAL), and the check for
+	// deliveries left is a subplan run per body (OFFSET 0 keeps a subquery
+	// from being folded into a join the planner may hash): with `id IN (...)` the planner, misjudging a
+	// never-analyzed table's size, chose sequential scans and hash joins
+	// over every delivery (TestPostgresSettlePlans).
+	lockBodies: `SELECT m.id FROM unnest(CAST(? AS text[])) AS k(id)
+CROSS JOIN LATERAL (SELECT id FROM dbbus_messages WHERE id = k.id ORDER BY topic FOR UPDATE) AS m`,
+	readBodies: `SELECT m.id, m.topic, m.metadata, m.payload FROM unnest(CAST(? AS text[])) AS k(id)
+CROSS JOIN LATERAL (SELECT id, topic, metadata, payload FROM dbbus_messages WHERE id = k.id OFFSET 0) AS m`,
+	deleteBodies: `DELETE FROM dbbus_messages AS m USING unnest(CAST(? AS text[])) AS k(id)
+WHERE m.id = k.id
+AND NOT EXISTS (SELECT 1 FROM dbbus_deliveries AS d WHERE d.message_id = m.id AND d.topic = m.topic OFFSET 0)`,
+	texts:  func(s []string) any { return dialect.TextArray(s) },
+	browse: peekDeliveries + "\nFOR UPDATE",
 	own: `INSERT INTO dbbus_queue_owners (queue, owner, leased_until)
 VALUES (@queue, @owner, now() + @ms * interval '1 millisecond')
 ON CONFLICT (queue) DO UPDATE SET owner = excluded.owner, leased_until = excluded.leased_until
@@ -90,7 +111,10 @@ WHERE id IN (
 	LIMIT @limit
 )
 RETURNING id, message_id, topic, attempts`,
-	browse: peekDeliveries,
+	browse:       peekDeliveries,
+	readBodies:   readBodies,
+	deleteBodies: deleteBodies,
+	texts:        func(s []string) any { return s },
 	rescue: `UPDATE dbbus_deliveries
 SET lease_token = NULL, leased_until = NULL, attempts = attempts + 1
 WHERE id IN (
