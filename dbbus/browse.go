@@ -114,16 +114,16 @@ func Browse(ctx context.Context, db *gorm.DB, group string, limit int, fn func(B
 				return err
 			}
 			n, after = read, last
-			ids := make([]string, len(batch))
+			keys := make([]messageKey, len(batch))
 			for i, b := range batch {
-				ids[i] = b.Message.UUID
+				keys[i] = messageKey{b.Message.UUID, b.Topic}
 			}
 			// Bodies are locked in id order, as acks lock them, so a browse
 			// and the acks of other groups' deliveries cannot deadlock.
-			if err := lockMessages(tx, d, ids); err != nil {
+			if err := lockMessages(tx, d, keys); err != nil {
 				return wrapDB("browse: lock messages", err)
 			}
-			var touched []string
+			var touched []messageKey
 			moved := false
 			for _, b := range batch {
 				a, err := fn(b)
@@ -143,7 +143,7 @@ func Browse(ctx context.Context, db *gorm.DB, group string, limit int, fn func(B
 						return wrapDB("browse: remove", res.Error)
 					}
 					if res.RowsAffected == 1 { // the transaction holds it: always
-						touched = append(touched, b.Message.UUID)
+						touched = append(touched, messageKey{b.Message.UUID, b.Topic})
 						acted++
 					}
 				}
@@ -286,11 +286,11 @@ func readDeliveries(tx *gorm.DB, q, group string, after int64, limit int) (out [
 	if len(rows) == 0 {
 		return nil, 0, 0, nil
 	}
-	ids := make([]string, len(rows))
+	keys := make([]messageKey, len(rows))
 	for i, r := range rows {
-		ids[i] = r.MessageID
+		keys[i] = messageKey{r.MessageID, r.Topic}
 	}
-	msgs, _, err := readMessages(tx, ids)
+	msgs, _, err := readMessages(tx, keys)
 	if err != nil {
 		return nil, 0, 0, wrapDB("browse: read messages", err)
 	}

@@ -369,22 +369,27 @@ func TestPublishManyGroups(t *testing.T) {
 }
 
 // TestUnreadableMessageStallsNobody stores a message whose metadata is not
-// JSON ahead of a good one: the good one must be delivered, and the bad one
-// kept (leased until its lease expires), not lost.
+// JSON, and a delivery whose message is missing, ahead of a good one: the
+// good one must be delivered, and the bad ones kept (leased until their
+// lease expires), not lost.
 func TestUnreadableMessageStallsNobody(t *testing.T) {
 	t.Parallel()
 	testenv.ForEachBackend(t, func(t *testing.T, _ testenv.Backend, db *gorm.DB) {
 		bus := setup(t, db, dbbus.Config{VisibilityTimeout: time.Hour})
 		require.NoError(t, dbbus.DeclareGroup(t.Context(), db, "billing", "order.*"))
 		require.NoError(t, db.Exec(`INSERT INTO dbbus_messages (id, topic, metadata, payload) VALUES ('bad', 'order.paid', 'not json', ?)`, []byte(`{}`)).Error)
-		require.NoError(t, db.Exec(`INSERT INTO dbbus_deliveries (group_name, message_id) VALUES ('billing', 'bad')`).Error)
+		require.NoError(t, db.Exec(`INSERT INTO dbbus_deliveries (group_name, message_id, topic) VALUES ('billing', 'bad', 'order.paid')`).Error)
+		require.NoError(t, db.Exec(`INSERT INTO dbbus_deliveries (group_name, message_id, topic) VALUES ('billing', 'gone', 'order.paid')`).Error)
 		good := newMessage(`{}`)
 		require.NoError(t, bus.Publish("order.paid", good))
 		_, ch := subscribe(t, bus, "billing")
 		got := receive(t, ch, 5*time.Second)
 		assert.Equal(t, good.UUID, got.UUID)
 		got.Ack()
-		testenv.WaitFor(t, 5*time.Second, "the good message's ack", func() bool { return depth(t, db, "billing") == 1 })
+		testenv.WaitFor(t, 5*time.Second, "the good message's ack", func() bool { return depth(t, db, "billing") == 2 })
+		var leased int64
+		require.NoError(t, db.Raw(`SELECT count(*) FROM dbbus_deliveries WHERE group_name = 'billing' AND lease_token IS NOT NULL`).Scan(&leased).Error)
+		assert.Equal(t, int64(2), leased, "the unreadable and the missing message stay leased until their lease expires")
 	})
 }
 

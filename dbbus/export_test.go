@@ -18,8 +18,17 @@ var (
 	PostgresReadBodiesSQL   = pgStatements.readBodies
 	PostgresLockBodiesSQL   = pgStatements.lockBodies
 	PostgresDeleteBodiesSQL = pgStatements.deleteBodies
-	PostgresTexts           = pgStatements.texts
 	DeleteDeliveriesSQL     = deleteDeliveries
 	ReleaseDeliveriesSQL    = releaseDeliveries
 	PostgresRenewSQL        = pgStatements.renew
 )
+
+// PostgresKeys is how the statements above take a list of message keys
+// (ids[i] on topics[i]).
+func PostgresKeys(ids, topics []string) []any {
+	keys := make([]messageKey, len(ids))
+	for i := range ids {
+		keys[i] = messageKey{ids[i], topics[i]}
+	}
+	return keyArrays(keys)
+}

@@ -27,6 +27,7 @@ type Lease struct {
 	Group     string
 	Delivery  int64  // the delivery row's id
 	MessageID string // the message's UUID
+	Topic     string // the topic it was published on: with MessageID, its body's key
 	Token     string // the claim's random token
 	// Attempts counts the earlier deliveries of this message to the group
 	// that failed: nacked, or whose lease expired. Give-backs (Close, a
@@ -68,9 +69,9 @@ func ackAll(ctx context.Context, db *gorm.DB, leases []Lease) error {
 		return fmt.Errorf("dbbus: ack: %w", err)
 	}
 	ids := make([]int64, len(leases))
-	msgIDs := make([]string, len(leases))
+	keys := make([]messageKey, len(leases))
 	for i, l := range leases {
-		ids[i], msgIDs[i] = l.Delivery, l.MessageID
+		ids[i], keys[i] = l.Delivery, messageKey{l.MessageID, l.Topic}
 	}
 	var gone []int64
 	err = db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
@@ -78,13 +79,13 @@ func ackAll(ctx context.Context, db *gorm.DB, leases []Lease) error {
 		// its body row (locked in id order, so acks of several messages
 		// cannot deadlock), so the last of them sees the others' deletes
 		// and deletes the body.
-		if err := lockMessages(tx, d, msgIDs); err != nil {
+		if err := lockMessages(tx, d, keys); err != nil {
 			return wrapDB("ack: lock messages", err)
 		}
 		if err := tx.Raw(deleteDeliveries, ids, leases[0].Token).Scan(&gone).Error; err != nil {
 			return wrapDB("ack", err)
 		}
-		if err := deleteOrphans(tx, msgIDs); err != nil {
+		if err := deleteOrphans(tx, keys); err != nil {
 			return wrapDB("ack: delete messages", err)
 		}
 		return nil

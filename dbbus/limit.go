@@ -67,9 +67,9 @@ func (b *Bus) deadLetter(ctx context.Context, queue, token string, doomed []clai
 	ctx, done := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer done()
 	ids := make([]int64, len(doomed))
-	msgIDs := make([]string, len(doomed))
+	keys := make([]messageKey, len(doomed))
 	for i, c := range doomed {
-		ids[i], msgIDs[i] = c.lease.Delivery, c.lease.MessageID
+		ids[i], keys[i] = c.lease.Delivery, messageKey{c.lease.MessageID, c.lease.Topic}
 	}
 	var group string
 	var gone []int64
@@ -79,7 +79,7 @@ func (b *Bus) deadLetter(ctx context.Context, queue, token string, doomed []clai
 			if group, err = groupOfQueue(tx, queue); err != nil {
 				return err
 			}
-			if err := lockMessages(tx, b.d, msgIDs); err != nil {
+			if err := lockMessages(tx, b.d, keys); err != nil {
 				return wrapDB("dead-letter: lock messages", err)
 			}
 			if err := tx.Raw(deleteDeliveries, ids, token).Scan(&gone).Error; err != nil {
@@ -109,7 +109,7 @@ func (b *Bus) deadLetter(ctx context.Context, queue, token string, doomed []clai
 			if err := b.publishTx(tx, wire.DeadLetterTopic(group), dead); err != nil {
 				return err
 			}
-			if err := deleteOrphans(tx, msgIDs); err != nil {
+			if err := deleteOrphans(tx, keys); err != nil {
 				return wrapDB("dead-letter: delete messages", err)
 			}
 			return nil

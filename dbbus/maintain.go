@@ -86,12 +86,13 @@ func olderThanSQL(d dialect.Dialect) string {
 // purgeUnroutableSQL is the statement of one batch of [PurgeUnroutable]
 // with an age, per dialect: it deletes those of the ready deliveries @ids
 // (read in id order through dbbus_deliveries_ready) whose body was
-// published more than @ms milliseconds ago, and returns their message ids.
+// published more than @ms milliseconds ago, and returns their message ids
+// and topics.
 func purgeUnroutableSQL(d dialect.Dialect) string {
 	return `DELETE FROM dbbus_deliveries WHERE group_name = @group AND id IN @ids AND lease_token IS NULL
 AND EXISTS (SELECT 1 FROM dbbus_messages AS m
 	WHERE m.id = dbbus_deliveries.message_id AND m.topic = dbbus_deliveries.topic AND ` + olderThanSQL(d) + `)
-RETURNING message_id`
+RETURNING message_id, topic`
 }
 
 // PurgeUnroutable deletes the messages kept in [UnroutableGroup] (those no
@@ -122,6 +123,7 @@ func PurgeUnroutable(ctx context.Context, db *gorm.DB, olderThan time.Duration) 
 		var rows []struct {
 			ID        int64
 			MessageID string
+			Topic     string
 		}
 		if err := db.Raw(peekDeliveries, map[string]any{"group": UnroutableGroup, "after": after, "limit": maintainBatch}).
 			Scan(&rows).Error; err != nil {
@@ -131,14 +133,14 @@ func PurgeUnroutable(ctx context.Context, db *gorm.DB, olderThan time.Duration) 
 			return total, nil
 		}
 		ids := make([]int64, len(rows))
-		msgIDs := make([]string, len(rows))
+		keys := make([]messageKey, len(rows))
 		for i, r := range rows {
-			ids[i], msgIDs[i] = r.ID, r.MessageID
+			ids[i], keys[i] = r.ID, messageKey{r.MessageID, r.Topic}
 		}
 		after = ids[len(ids)-1]
-		var gone []string
+		var gone []messageKey
 		err := db.Transaction(func(tx *gorm.DB) error {
-			if err := lockMessages(tx, d, msgIDs); err != nil {
+			if err := lockMessages(tx, d, keys); err != nil {
 				return err
 			}
 			args := map[string]any{"group": UnroutableGroup, "ids": ids, "ms": olderThan.Milliseconds()}
@@ -146,7 +148,8 @@ func PurgeUnroutable(ctx context.Context, db *gorm.DB, olderThan time.Duration) 
 			if olderThan > 0 {
 				q = tx.Raw(purgeUnroutableSQL(d), args)
 			}
-			if err := q.Scan(&gone).Error; err != nil {
+			var err error
+			if gone, err = scanKeys(q); err != nil {
 				return err
 			}
 			if len(gone) == 0 {
@@ -167,11 +170,11 @@ func PurgeUnroutable(ctx context.Context, db *gorm.DB, olderThan time.Duration) 
 }
 
 // purgeAllSQL deletes the ready deliveries @ids of @group and returns
-// their message ids.
+// their message ids and topics.
 const purgeAllSQL = `DELETE FROM dbbus_deliveries WHERE group_name = @group AND id IN @ids AND lease_token IS NULL
-RETURNING message_id`
+RETURNING message_id, topic`
 
-// pickQueueSQL reads the ids and message ids of up to @limit deliveries of @group, ready
+// pickQueueSQL reads the ids, message ids and topics of up to @limit deliveries of @group, ready
 // (the statement with "IS NULL") or leased ("IS NOT NULL"), through the
 // partial index of their state, in that index's order.
 func pickQueueSQL(state string) string {
@@ -179,13 +182,13 @@ func pickQueueSQL(state string) string {
 	if state == "IS NOT NULL" {
 		order = "leased_until"
 	}
-	return `SELECT id, message_id FROM dbbus_deliveries WHERE group_name = @group AND lease_token ` + state +
+	return `SELECT id, message_id, topic FROM dbbus_deliveries WHERE group_name = @group AND lease_token ` + state +
 		` ORDER BY ` + order + ` LIMIT @limit`
 }
 
 // deleteIDsSQL deletes the deliveries @ids of @group, whatever their
-// state, and returns their message ids.
-const deleteIDsSQL = `DELETE FROM dbbus_deliveries WHERE group_name = @group AND id IN @ids RETURNING message_id`
+// state, and returns their message ids and topics.
+const deleteIDsSQL = `DELETE FROM dbbus_deliveries WHERE group_name = @group AND id IN @ids RETURNING message_id, topic`
 
 // Deleted is what [DeleteGroup] removed.
 type Deleted struct {
@@ -257,6 +260,7 @@ func DeleteGroup(ctx context.Context, db *gorm.DB, group string) (Deleted, error
 				var rows []struct {
 					ID        int64
 					MessageID string
+					Topic     string
 				}
 				if err := db.Raw(pickQueueSQL(state), map[string]any{"group": q, "limit": maintainBatch}).
 					Scan(&rows).Error; err != nil {
@@ -266,17 +270,17 @@ func DeleteGroup(ctx context.Context, db *gorm.DB, group string) (Deleted, error
 					break
 				}
 				ids := make([]int64, len(rows))
-				msgIDs := make([]string, len(rows))
+				keys := make([]messageKey, len(rows))
 				for i, r := range rows {
-					ids[i], msgIDs[i] = r.ID, r.MessageID
+					ids[i], keys[i] = r.ID, messageKey{r.MessageID, r.Topic}
 				}
-				var gone []string
+				var gone []messageKey
 				err := db.Transaction(func(tx *gorm.DB) error {
-					if err := lockMessages(tx, d, msgIDs); err != nil {
+					if err := lockMessages(tx, d, keys); err != nil {
 						return err
 					}
-					if err := tx.Raw(deleteIDsSQL, map[string]any{"group": q, "ids": ids}).
-						Scan(&gone).Error; err != nil {
+					var err error
+					if gone, err = scanKeys(tx.Raw(deleteIDsSQL, map[string]any{"group": q, "ids": ids})); err != nil {
 						return err
 					}
 					if len(gone) == 0 {
@@ -297,19 +301,36 @@ func DeleteGroup(ctx context.Context, db *gorm.DB, group string) (Deleted, error
 	return del, nil
 }
 
-// lockMessages locks, on PostgreSQL, the body rows of the message ids
-// given, in id order, as an ack does: a delete of deliveries that then
+// lockMessages locks, on PostgreSQL, the body rows keys names, in key
+// order, as an ack does: a delete of deliveries that then
 // deletes the bodies no delivery references takes turns with an ack of
 // another group's delivery of the same message, so the last of them sees
 // the other's delete and deletes the body (none is left behind).
-func lockMessages(tx *gorm.DB, d dialect.Dialect, msgIDs []string) error {
+func lockMessages(tx *gorm.DB, d dialect.Dialect, keys []messageKey) error {
 	s := statementsFor(d)
 	if s.lockBodies == "" {
 		return nil
 	}
-	ids := slices.Clone(msgIDs)
-	slices.Sort(ids)
-	ids = slices.Compact(ids)
+	keys = slices.Clone(keys)
+	slices.SortFunc(keys, compareKeys)
+	keys = slices.Compact(keys)
 	var locked []string
-	return tx.Raw(s.lockBodies, s.texts(ids)).Scan(&locked).Error
+	return tx.Raw(s.lockBodies, s.keys(keys)...).Scan(&locked).Error
+}
+
+// scanKeys runs q, a statement returning message_id and topic, and returns
+// the keys it names.
+func scanKeys(q *gorm.DB) ([]messageKey, error) {
+	var rows []struct {
+		MessageID string
+		Topic     string
+	}
+	if err := q.Scan(&rows).Error; err != nil {
+		return nil, err
+	}
+	keys := make([]messageKey, len(rows))
+	for i, r := range rows {
+		keys[i] = messageKey{r.MessageID, r.Topic}
+	}
+	return keys, nil
 }

@@ -1,6 +1,7 @@
 package dbbus
 
 import (
+	"cmp"
 	"encoding/json"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -12,10 +13,17 @@ import (
 // messageKey names a message body: its UUID on a topic.
 type messageKey struct{ id, topic string }
 
-// readMessages reads the bodies of the message ids given, on every topic,
-// as Watermill messages by key. A body whose metadata cannot be decoded
-// is in unreadable instead, with the decoding error.
-func readMessages(db *gorm.DB, ids []string) (msgs map[messageKey]*message.Message, unreadable map[messageKey]error, err error) {
+// compareKeys orders keys by id, then topic: the order in which bodies are
+// locked.
+func compareKeys(a, b messageKey) int {
+	return cmp.Or(cmp.Compare(a.id, b.id), cmp.Compare(a.topic, b.topic))
+}
+
+// readMessages reads the bodies of the messages keys names as Watermill
+// messages by key (on SQLite, other topics' bodies of the same ids may come
+// too). A body whose metadata cannot be decoded is in unreadable instead,
+// with the decoding error.
+func readMessages(db *gorm.DB, keys []messageKey) (msgs map[messageKey]*message.Message, unreadable map[messageKey]error, err error) {
 	d, err := dialect.Of(db)
 	if err != nil {
 		return nil, nil, err
@@ -27,14 +35,14 @@ func readMessages(db *gorm.DB, ids []string) (msgs map[messageKey]*message.Messa
 		Metadata string
 		Payload  []byte
 	}
-	if err := db.Raw(s.readBodies, s.texts(ids)).Scan(&bodies).Error; err != nil {
+	if err := db.Raw(s.readBodies, s.keys(keys)...).Scan(&bodies).Error; err != nil {
 		return nil, nil, err
 	}
 	msgs = make(map[messageKey]*message.Message, len(bodies))
 	for _, b := range bodies {
 		k := messageKey{b.ID, b.Topic}
-		msg := message.NewMessage(b.ID, b.Payload)
-		if err := json.Unmarshal([]byte(b.Metadata), &msg.Metadata); err != nil {
+		msg, err := decodeBody(b.ID, b.Metadata, b.Payload)
+		if err != nil {
 			if unreadable == nil {
 				unreadable = map[messageKey]error{}
 			}
@@ -46,14 +54,24 @@ func readMessages(db *gorm.DB, ids []string) (msgs map[messageKey]*message.Messa
 	return msgs, unreadable, nil
 }
 
-// deleteOrphans deletes the bodies, of the message ids given, that no
+// decodeBody makes a stored body a Watermill message; the error is the
+// metadata's decoding error.
+func decodeBody(id, metadata string, payload []byte) (*message.Message, error) {
+	msg := message.NewMessage(id, payload)
+	if err := json.Unmarshal([]byte(metadata), &msg.Metadata); err != nil {
+		return nil, err
+	}
+	return msg, nil
+}
+
+// deleteOrphans deletes the bodies, of the messages keys names, that no
 // delivery references any more. On PostgreSQL the caller has locked them
 // ([lockMessages]) in its transaction.
-func deleteOrphans(tx *gorm.DB, ids []string) error {
+func deleteOrphans(tx *gorm.DB, keys []messageKey) error {
 	d, err := dialect.Of(tx)
 	if err != nil {
 		return err
 	}
 	s := statementsFor(d)
-	return tx.Exec(s.deleteBodies, s.texts(ids)).Error
+	return tx.Exec(s.deleteBodies, s.keys(keys)...).Error
 }

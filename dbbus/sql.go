@@ -21,8 +21,10 @@ const UnroutableGroup = "bento.unroutable"
 type statements struct {
 	// claim leases up to @limit ready deliveries of @group, lowest id
 	// first, with @token for @ms milliseconds; it returns id, message_id,
-	// topic and attempts.
-	claim string
+	// topic and attempts, and with claimBodies the message's metadata and
+	// payload too (NULL when the body is missing).
+	claim       string
+	claimBodies bool
 	// rescue makes up to @limit expired leases of @group ready again,
 	// counting an attempt (the holder crashed or stalled).
 	rescue string
@@ -42,29 +44,59 @@ type statements struct {
 	// renew extends, to @ms milliseconds from now, the leases of the
 	// deliveries ? (ids) still leased under token ?.
 	renew string
-	// readBodies reads the bodies of the message ids ? (texts), on every
-	// topic: a delivery's is the one of its topic.
+	// readBodies reads the bodies of the messages keys names (keys' args);
+	// on SQLite it may read an id's bodies on other topics too.
 	readBodies string
-	// deleteBodies removes the bodies, of the message ids ? (texts), that
-	// no delivery references any more.
+	// deleteBodies removes the bodies, of the messages keys names (keys'
+	// args), that no delivery references any more.
 	deleteBodies string
-	// texts is how a list of strings is passed to the statements above.
-	texts func([]string) any
+	// keys is how a list of message keys is passed to lockBodies,
+	// readBodies and deleteBodies: on PostgreSQL the ids and the topics as
+	// two arrays, on SQLite the ids as an IN list.
+	keys func([]messageKey) []any
+}
+
+// keyArrays passes keys to a PostgreSQL statement as two text arrays, the
+// ids and their topics.
+func keyArrays(keys []messageKey) []any {
+	ids, topics := make(dialect.TextArray, len(keys)), make(dialect.TextArray, len(keys))
+	for i, k := range keys {
+		ids[i], topics[i] = k.id, k.topic
+	}
+	return []any{ids, topics}
+}
+
+// keyIDs passes keys' ids to a statement as one list (IN ?).
+func keyIDs(keys []messageKey) []any {
+	ids := make([]string, len(keys))
+	for i, k := range keys {
+		ids[i] = k.id
+	}
+	return []any{ids}
 }
 
 var pgStatements = statements{
+	// The claim leases the rows it locked through the primary key (= ANY
+	// of their ids: a join with them could be hashed over a sequential
+	// scan of the table) and reads their bodies in the same statement, one
+	// probe of the primary key each.
 	claim: `WITH ready AS (
 	SELECT id FROM dbbus_deliveries
 	WHERE group_name = @group AND lease_token IS NULL
 	ORDER BY id
 	LIMIT @limit
 	FOR UPDATE SKIP LOCKED
+), leased AS (
+	UPDATE dbbus_deliveries
+	SET lease_token = @token, leased_until = now() + @ms * interval '1 millisecond'
+	WHERE id = ANY(ARRAY(SELECT id FROM ready))
+	RETURNING id, message_id, topic, attempts
 )
-UPDATE dbbus_deliveries AS d
-SET lease_token = @token, leased_until = now() + @ms * interval '1 millisecond'
-FROM ready
-WHERE d.id = ready.id
-RETURNING d.id, d.message_id, d.topic, d.attempts`,
+SELECT l.id, l.message_id, l.topic, l.attempts, b.metadata, b.payload
+FROM leased AS l
+LEFT JOIN LATERAL (SELECT metadata, payload FROM dbbus_messages AS m
+	WHERE m.id = l.message_id AND m.topic = l.topic OFFSET 0) AS b ON true`,
+	claimBodies: true,
 	rescue: `UPDATE dbbus_deliveries
 SET lease_token = NULL, leased_until = NULL, attempts = attempts + 1
 WHERE id IN (
@@ -74,20 +106,24 @@ WHERE id IN (
 	LIMIT @limit
 	FOR UPDATE SKIP LOCKED
 ) AND lease_token IS NOT NULL AND leased_until < now()`,
-	// The statements keyed by a list of message ids probe the primary key
-	// once per id (unnest ... CROSS JOIN LATERAL), and the check for
-	// deliveries left is a subplan run per body (OFFSET 0 keeps a subquery
-	// from being folded into a join the planner may hash): with `id IN (...)` the planner, misjudging a
-	// never-analyzed table's size, chose sequential scans and hash joins
-	// over every delivery (TestPostgresSettlePlans).
-	lockBodies: `SELECT m.id FROM unnest(CAST(? AS text[])) AS k(id)
-CROSS JOIN LATERAL (SELECT id FROM dbbus_messages WHERE id = k.id ORDER BY topic FOR UPDATE) AS m`,
-	readBodies: `SELECT m.id, m.topic, m.metadata, m.payload FROM unnest(CAST(? AS text[])) AS k(id)
-CROSS JOIN LATERAL (SELECT id, topic, metadata, payload FROM dbbus_messages WHERE id = k.id OFFSET 0) AS m`,
-	deleteBodies: `DELETE FROM dbbus_messages AS m USING unnest(CAST(? AS text[])) AS k(id)
-WHERE m.id = k.id
-AND NOT EXISTS (SELECT 1 FROM dbbus_deliveries AS d WHERE d.message_id = m.id AND d.topic = m.topic OFFSET 0)`,
-	texts:  func(s []string) any { return dialect.TextArray(s) },
+	// The statements keyed by a list of messages probe the primary key
+	// once per key, id and topic (unnest ... CROSS JOIN LATERAL), and the
+	// check for deliveries left is a subplan run per body, stopping at the
+	// first (OFFSET 0 keeps a subquery from being folded into a join the
+	// planner may hash). With `id IN (...)` the planner, misjudging a
+	// never-analyzed table's rows, chose sequential scans and hash joins
+	// over every delivery, and with the id alone (not unique) it expected
+	// so many rows per id that the estimated cost passed jit_above_cost:
+	// compiling took 100-200 ms per ack (TestPostgresSettlePlans).
+	lockBodies: `SELECT m.id FROM unnest(CAST(? AS text[]), CAST(? AS text[])) AS k(id, topic)
+CROSS JOIN LATERAL (SELECT id FROM dbbus_messages WHERE id = k.id AND topic = k.topic FOR UPDATE) AS m`,
+	readBodies: `SELECT m.id, m.topic, m.metadata, m.payload FROM unnest(CAST(? AS text[]), CAST(? AS text[])) AS k(id, topic)
+CROSS JOIN LATERAL (SELECT id, topic, metadata, payload FROM dbbus_messages
+	WHERE id = k.id AND topic = k.topic OFFSET 0) AS m`,
+	deleteBodies: `DELETE FROM dbbus_messages AS m USING unnest(CAST(? AS text[]), CAST(? AS text[])) AS k(id, topic)
+WHERE m.id = k.id AND m.topic = k.topic
+AND NOT EXISTS (SELECT 1 FROM dbbus_deliveries AS d WHERE d.message_id = m.id AND d.topic = m.topic LIMIT 1 OFFSET 0)`,
+	keys:   keyArrays,
 	browse: peekDeliveries + "\nFOR UPDATE",
 	own: `INSERT INTO dbbus_queue_owners (queue, owner, leased_until)
 VALUES (@queue, @owner, now() + @ms * interval '1 millisecond')
@@ -114,7 +150,7 @@ RETURNING id, message_id, topic, attempts`,
 	browse:       peekDeliveries,
 	readBodies:   readBodies,
 	deleteBodies: deleteBodies,
-	texts:        func(s []string) any { return s },
+	keys:         keyIDs,
 	rescue: `UPDATE dbbus_deliveries
 SET lease_token = NULL, leased_until = NULL, attempts = attempts + 1
 WHERE id IN (

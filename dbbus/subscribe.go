@@ -253,12 +253,15 @@ func (s *Subscriber) handOut(ctx context.Context, batch []claimed, out chan<- *m
 	return true
 }
 
-// claimedRow is a delivery row a claim leased.
+// claimedRow is a delivery row a claim leased, with its message's body
+// when the claim reads it (statements.claimBodies).
 type claimedRow struct {
 	ID        int64
 	MessageID string
 	Topic     string
 	Attempts  int
+	Metadata  *string // nil: the body is missing, or was not read
+	Payload   []byte
 }
 
 // claim leases up to limit ready deliveries of group under token and loads
@@ -291,21 +294,37 @@ func (b *Bus) claim(ctx context.Context, group, token string, limit int) ([]clai
 	if len(rows) == 0 {
 		return nil, nil
 	}
-	ids := make([]string, len(rows))
-	for i, r := range rows {
-		ids[i] = r.MessageID
-	}
-	msgs, unreadable, err := readMessages(b.db.WithContext(ctx), ids)
-	if err != nil {
-		// Give the claim back rather than leave it to expire.
-		sctx, done := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-		defer done()
-		dids := make([]int64, len(rows))
-		for i, r := range rows {
-			dids[i] = r.ID
+	var msgs map[messageKey]*message.Message
+	var unreadable map[messageKey]error
+	if b.sql.claimBodies {
+		msgs, unreadable = make(map[messageKey]*message.Message, len(rows)), map[messageKey]error{}
+		for _, r := range rows {
+			if r.Metadata == nil {
+				continue // missing
+			}
+			k := messageKey{r.MessageID, r.Topic}
+			if msg, err := decodeBody(r.MessageID, *r.Metadata, r.Payload); err != nil {
+				unreadable[k] = err
+			} else {
+				msgs[k] = msg
+			}
 		}
-		_ = b.write(func() error { return release(sctx, b.db, token, dids) })
-		return nil, wrapDB("claim: read messages", err)
+	} else {
+		keys := make([]messageKey, len(rows))
+		for i, r := range rows {
+			keys[i] = messageKey{r.MessageID, r.Topic}
+		}
+		if msgs, unreadable, err = readMessages(b.db.WithContext(ctx), keys); err != nil {
+			// Give the claim back rather than leave it to expire.
+			sctx, done := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+			defer done()
+			dids := make([]int64, len(rows))
+			for i, r := range rows {
+				dids[i] = r.ID
+			}
+			_ = b.write(func() error { return release(sctx, b.db, token, dids) })
+			return nil, wrapDB("claim: read messages", err)
+		}
 	}
 	slices.SortFunc(rows, func(x, y claimedRow) int { return cmp.Compare(x.ID, y.ID) })
 	out := make([]claimed, 0, len(rows))
@@ -324,7 +343,7 @@ func (b *Bus) claim(ctx context.Context, group, token string, limit int) ([]clai
 			continue
 		}
 		c := claimed{
-			lease: Lease{Group: group, Delivery: r.ID, MessageID: r.MessageID, Token: token, Attempts: r.Attempts},
+			lease: Lease{Group: group, Delivery: r.ID, MessageID: r.MessageID, Topic: r.Topic, Token: token, Attempts: r.Attempts},
 			msg:   msg,
 		}
 		if b.pastLimit(r.Attempts) {

@@ -195,12 +195,12 @@ func ReplayUnroutable(ctx context.Context, db *gorm.DB, f UnroutableFilter) (Unr
 			if err != nil || len(selected) == 0 {
 				return err
 			}
-			ids := make([]string, len(selected))
+			keys := make([]messageKey, len(selected))
 			for i, k := range selected {
-				ids[i] = k.Message.UUID
+				keys[i] = messageKey{k.Message.UUID, k.Topic}
 			}
-			// Bodies are locked in id order, as acks lock them.
-			if err := lockMessages(tx, d, ids); err != nil {
+			// Bodies are locked in key order, as acks lock them.
+			if err := lockMessages(tx, d, keys); err != nil {
 				return wrapDB("replay unroutable: lock messages", err)
 			}
 			bs, err := readBindings(tx)
