@@ -453,3 +453,31 @@ func TestSameUUIDOnAnotherTopic(t *testing.T) {
 		assert.Zero(t, bodies, "a body outlived its last delivery")
 	})
 }
+
+// TestAckOfALeaseWithoutTopic acks, with dbbus.Ack, leases built by hand
+// without their Topic: the deliveries must go, and the body with the last
+// of them, as with the leases LeaseOf returns.
+func TestAckOfALeaseWithoutTopic(t *testing.T) {
+	t.Parallel()
+	testenv.ForEachBackend(t, func(t *testing.T, _ testenv.Backend, db *gorm.DB) {
+		bus := setup(t, db, dbbus.Config{VisibilityTimeout: time.Hour})
+		for _, g := range []string{"billing", "audit"} {
+			require.NoError(t, dbbus.DeclareGroup(t.Context(), db, g, "order.*"))
+		}
+		require.NoError(t, bus.Publish("order.paid", newMessage(`1`)))
+		bodies := func() (n int64) {
+			require.NoError(t, db.Raw(`SELECT count(*) FROM dbbus_messages`).Scan(&n).Error)
+			return n
+		}
+		for i, g := range []string{"billing", "audit"} {
+			_, ch := subscribe(t, bus, g)
+			l, ok := dbbus.LeaseOf(receive(t, ch, 5*time.Second))
+			require.True(t, ok)
+			assert.Equal(t, "order.paid", l.Topic)
+			l.Topic = ""
+			require.NoError(t, dbbus.Ack(t.Context(), db, l))
+			assert.Zero(t, depth(t, db, g), "the delivery of %s is acked", g)
+			assert.Equal(t, int64(1-i), bodies(), "the body goes with the last delivery, not before")
+		}
+	})
+}

@@ -75,6 +75,9 @@ func ackAll(ctx context.Context, db *gorm.DB, leases []Lease) error {
 	}
 	var gone []int64
 	err = db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := topicsOf(tx, ids, keys); err != nil {
+			return wrapDB("ack: read topics", err)
+		}
 		// Acks of one message's deliveries in several groups take turns on
 		// its body row (locked in id order, so acks of several messages
 		// cannot deadlock), so the last of them sees the others' deletes
@@ -100,6 +103,34 @@ func ackAll(ctx context.Context, db *gorm.DB, leases []Lease) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// topicsOf fills in the topic of each key that lacks one (a Lease built
+// by hand rather than taken from LeaseOf) from its delivery, ids[i] for
+// keys[i].
+func topicsOf(tx *gorm.DB, ids []int64, keys []messageKey) error {
+	var missing []int64
+	for i, k := range keys {
+		if k.topic == "" {
+			missing = append(missing, ids[i])
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	var rows []struct {
+		ID    int64
+		Topic string
+	}
+	if err := tx.Raw(`SELECT id, topic FROM dbbus_deliveries WHERE id IN ?`, missing).Scan(&rows).Error; err != nil {
+		return err
+	}
+	for _, r := range rows {
+		if i := slices.Index(ids, r.ID); i >= 0 && keys[i].topic == "" {
+			keys[i].topic = r.Topic
+		}
+	}
+	return nil
 }
 
 // Nack makes the leased delivery ready again at once, counting a failed
