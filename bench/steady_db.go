@@ -27,7 +27,14 @@ func runSteadyDatabase(ctx context.Context, b *steadyBed, rate float64) (steadyR
 		return steadyRun{}, err
 	}
 	app := "bench-dbbus-" + randomHex(4)
-	pool, err := b.schema.gormAs(app, 16)
+	group := "steady-" + randomHex(4)
+	cc := consumer.DefaultConfig(group)
+	cc.Logger, cc.CloseTimeout = b.e.log, 10*time.Second
+	// Each partition's owner and its worker may each hold a connection,
+	// beside the projector, the listener and the membership: the consume
+	// scenario's pool size (a pool of 16 had the projector's claims wait
+	// for a connection, 50 ms at their p50).
+	pool, err := b.schema.gormAs(app, 2*cc.Partitions+8)
 	if err != nil {
 		return steadyRun{}, err
 	}
@@ -38,9 +45,6 @@ func runSteadyDatabase(ctx context.Context, b *steadyBed, rate float64) (steadyR
 	if err := inbox.Migrate(ctx, pool); err != nil {
 		return steadyRun{}, err
 	}
-	group := "steady-" + randomHex(4)
-	cc := consumer.DefaultConfig(group)
-	cc.Logger, cc.CloseTimeout = b.e.log, 10*time.Second
 	// Declared before anything is committed, so no event finds the group
 	// missing (it would be kept as unroutable).
 	if err := dbbus.DeclarePartitions(ctx, pool, group, cc.Partitions, topic); err != nil {

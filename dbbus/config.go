@@ -21,7 +21,7 @@ type Config struct {
 	// PollInterval is how often an idle subscription looks for deliveries
 	// without being woken, and how often it makes expired leases ready
 	// again. Wake-ups (LISTEN/NOTIFY on PostgreSQL, an in-process signal on
-	// both databases) usually come first. Defaults to 2 s on PostgreSQL,
+	// both databases) usually come first. Defaults to 5 s on PostgreSQL,
 	// where the bus listens for other processes' publishes, and to 200 ms
 	// on SQLite or with NoListen, where polling is how they are found.
 	PollInterval time.Duration
@@ -70,7 +70,7 @@ const (
 	// defaultListenPollInterval is PollInterval's default for a bus that
 	// listens: an idle subscription's polls are most of its CPU, and
 	// NOTIFY, sent by every publish in any process, wakes it first.
-	defaultListenPollInterval = 2 * time.Second
+	defaultListenPollInterval = 5 * time.Second
 	defaultBatchSize          = 16
 	maxBatchSize              = 1000
 )
