@@ -51,6 +51,9 @@ type Consumer struct {
 	drainMu   sync.Mutex // one drain of parked events at a time
 	// sweepFrom is where the sweeper's next window starts (its goroutine only).
 	sweepFrom inbox.Aggregate
+	// parkedSince is set when the instance parks an event, and cleared by
+	// the sweep that starts next (see startSweeper).
+	parkedSince atomic.Bool
 	breaker   *breaker
 	crashes   *crashLedger  // nil when MaxCrashes is off
 	tap       *rabbitmq.Tap // copies of the dead letters; nil without a delivery limit

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
 
 	"github.com/bentoevents/bento/consumer"
 	"github.com/bentoevents/bento/inbox"
@@ -392,4 +394,45 @@ func TestStaleReleaseKeepsTheNewHold(t *testing.T) {
 		assert.Zero(t, outOfOrder, "events applied out of order")
 		assert.Empty(t, s.parked(t))
 	})
+}
+
+// parkedCounter counts the sweep's statements: those that read or write
+// inbox_parked.
+type parkedCounter struct {
+	logger.Interface
+	n atomic.Int64
+}
+
+func (c *parkedCounter) LogMode(logger.LogLevel) logger.Interface { return c }
+
+func (c *parkedCounter) Trace(_ context.Context, _ time.Time, fc func() (string, int64), _ error) {
+	// The gauges' counts (metricsEvery) are not the sweep's.
+	if sql, _ := fc(); strings.Contains(sql, "inbox_parked") && !strings.Contains(sql, "count(*)") {
+		c.n.Add(1)
+	}
+}
+
+// TestQuietPartitionsAreSweptRarely: a partitioned consumer whose
+// partitions have no parked event, after a sweep found none, does not
+// sweep them every second (each sweep is one to two statements, most of
+// an idle consumer's cost); TestReleaseLetsAHeldAggregateFlow and the
+// other hold tests show that parked events are still swept every second.
+func TestQuietPartitionsAreSweptRarely(t *testing.T) {
+	t.Parallel()
+	db := testenv.SQLite(t)
+	require.NoError(t, inbox.Migrate(t.Context(), db))
+	counter := &parkedCounter{Interface: logger.Discard}
+	bus := messaging.NewMemoryBus()
+	t.Cleanup(func() { _ = bus.Close() })
+	cfg := consumer.DefaultConfig("quiet")
+	cfg.Partitions, cfg.GapTimeout, cfg.Logger = 2, time.Minute, quiet
+	c, err := consumer.NewMemory(db.Session(&gorm.Session{Logger: counter}), bus, cfg)
+	require.NoError(t, err)
+	require.NoError(t, consumer.Handle(c, func(context.Context, *gorm.DB, Step, *messaging.Envelope) error { return nil }))
+	run(t, c)
+	testenv.WaitFor(t, 10*time.Second, "the first sweep", func() bool { return counter.n.Load() > 0 })
+	time.Sleep(1500 * time.Millisecond) // the sweep that finds the partitions quiet
+	before := counter.n.Load()
+	time.Sleep(4 * time.Second)
+	assert.Zero(t, counter.n.Load()-before, "statements on inbox_parked in 4 s of a quiet consumer")
 }

@@ -18,6 +18,29 @@ import (
 // partitions that nothing holds back any more.
 const sweepEvery = time.Second
 
+// quietSweepEvery is how often it sweeps while the group has no parked
+// event: its last sweep applied and expired nothing and the group's
+// parked events were counted at none, it has parked none since, and its
+// partitions are the same. Only an instance that owns a partition parks
+// its events, so nothing is missed; the sweep still runs at this pace as
+// a backstop.
+const quietSweepEvery = 30 * time.Second
+
+// noneParked reports whether the group has no parked event at all, on
+// any partition (false when they cannot be counted).
+func (c *Consumer) noneParked(ctx context.Context) bool {
+	counts, err := c.inbox.ParkedCounts(ctx)
+	if err != nil {
+		return false
+	}
+	for _, n := range counts {
+		if n > 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // sweepWindow bounds the parked events one sweep looks at: a window of
 // them, in key order from where the previous sweep stopped (see
 // inbox.ParkedAggregates).
@@ -81,7 +104,11 @@ func (d DeadLetter) Aggregate() inbox.Aggregate {
 
 // park parks msg for reason, logging it.
 func (c *Consumer) park(ctx context.Context, msg *message.Message, reason string, cause error) error {
-	if err := c.inbox.Park(ctx, msg, partitionOf(ctx), reason); err != nil {
+	err := c.inbox.Park(ctx, msg, partitionOf(ctx), reason)
+	// After the park (committed or not): a sweep that started before it
+	// committed runs again.
+	c.parkedSince.Store(true)
+	if err != nil {
 		return err
 	}
 	c.cfg.Logger.Info("consumer: event parked until its aggregate's earlier events are applied", "group", c.cfg.Group,
@@ -191,12 +218,18 @@ func (c *Consumer) unhold(ctx context.Context, msg *message.Message) {
 // applies the parked events of partitions that nothing holds back any more
 // (a hold released, a drain cut short by an outage or a handover), looking
 // at sweepWindow parked events at a time.
-func (c *Consumer) sweep(ctx context.Context, partitions []int) {
+//
+// It reports whether it did or may have work: false only when it read
+// every parked event of the partitions (its window started at the
+// beginning), found none to apply, and expired nothing.
+func (c *Consumer) sweep(ctx context.Context, partitions []int) (busy bool) {
+	busy = c.sweepFrom != (inbox.Aggregate{})
 	if c.cfg.GapTimeout > 0 {
 		expired, err := c.inbox.ExpireParked(ctx, time.Now().Add(-c.cfg.GapTimeout))
 		if err != nil && ctx.Err() == nil {
 			c.cfg.Logger.Warn("consumer: cannot expire parked events", "group", c.cfg.Group, "err", err)
 		}
+		busy = busy || err != nil || len(expired) > 0
 		for _, p := range expired {
 			c.metrics.deadLettered.WithLabelValues(CauseGap).Inc()
 			c.cfg.Logger.Warn("consumer: dead letter: an event waited for its predecessor longer than GapTimeout; "+
@@ -215,12 +248,13 @@ func (c *Consumer) sweep(ctx context.Context, partitions []int) {
 		if ctx.Err() == nil {
 			c.cfg.Logger.Warn("consumer: cannot list parked events", "group", c.cfg.Group, "err", err)
 		}
-		return
+		return true
 	}
 	c.sweepFrom = next
 	for _, agg := range aggs {
 		c.drain(ctx, agg)
 	}
+	return busy || len(aggs) > 0
 }
 
 // parkReason returns how a message refused with err is parked, or "" when

@@ -339,16 +339,28 @@ func (c *Consumer) startSweeper(ctx context.Context) (stop func()) {
 		defer close(done)
 		tick := time.NewTicker(sweepEvery)
 		defer tick.Stop()
+		var (
+			quiet bool      // the last sweep found the partitions without parked events
+			swept []int     // the partitions it swept
+			last  time.Time // when it ran
+		)
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
-				if !c.breaker.isOpen() {
-					c.readTap(ctx)
-					c.sweep(ctx, c.Partitions())
-				}
 			}
+			if c.breaker.isOpen() {
+				continue
+			}
+			c.readTap(ctx)
+			owned := c.Partitions()
+			if quiet && !c.parkedSince.Load() && slices.Equal(owned, swept) && time.Since(last) < quietSweepEvery {
+				continue
+			}
+			c.parkedSince.Store(false)
+			quiet = !c.sweep(ctx, owned) && c.noneParked(ctx)
+			swept, last = owned, time.Now()
 		}
 	}()
 	return func() {
