@@ -54,9 +54,9 @@ type Consumer struct {
 	// parkedSince is set when the instance parks an event, and cleared by
 	// the sweep that starts next (see startSweeper).
 	parkedSince atomic.Bool
-	breaker   *breaker
-	crashes   *crashLedger  // nil when MaxCrashes is off
-	tap       *rabbitmq.Tap // copies of the dead letters; nil without a delivery limit
+	breaker     *breaker
+	crashes     *crashLedger  // nil when MaxCrashes is off
+	tap         *rabbitmq.Tap // copies of the dead letters; nil without a delivery limit
 	// limited is true when the bus dead-letters a message delivered more
 	// than cfg.DeliveryLimit times: RabbitMQ's quorum partition queues,
 	// or the database bus with a delivery limit.
