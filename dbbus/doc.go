@@ -68,8 +68,12 @@
 //
 // A claim is one statement. On PostgreSQL a CTE selects the group's ready
 // rows in id order from the partial index dbbus_deliveries_ready, FOR
-// UPDATE SKIP LOCKED, and an UPDATE … RETURNING leases them; on SQLite it
-// is UPDATE … WHERE id IN (SELECT … LIMIT n) RETURNING. The lease is a
+// UPDATE SKIP LOCKED, an UPDATE … RETURNING leases them through the
+// primary key, and the statement reads their bodies, one probe of the
+// primary key each; on SQLite it is UPDATE … WHERE id IN (SELECT … LIMIT
+// n) RETURNING, then a read of the bodies. Bodies are read, locked and
+// deleted by their whole key (id and topic) in every statement, so no
+// statement's plan or cost depends on the tables' statistics. The lease is a
 // random token and an expiry by the database's clock: [Ack] and [Nack]
 // settle a delivery only while its token still matches, and return
 // [ErrLeaseLost] otherwise, leaving a newer lease's delivery alone. Nothing
