@@ -29,20 +29,31 @@ func readMessages(db *gorm.DB, keys []messageKey) (msgs map[messageKey]*message.
 		return nil, nil, err
 	}
 	s := statementsFor(d)
-	var bodies []struct {
-		ID       string
-		Topic    string
-		Metadata string
-		Payload  []byte
-	}
+	var bodies []body
 	if err := db.Raw(s.readBodies, s.keys(keys)...).Scan(&bodies).Error; err != nil {
 		return nil, nil, err
 	}
+	msgs, unreadable = decodeBodies(bodies)
+	return msgs, unreadable, nil
+}
+
+// body is a stored message body.
+type body struct {
+	ID       string
+	Topic    string
+	Metadata string
+	Payload  []byte
+}
+
+// decodeBodies makes stored bodies Watermill messages by key. A body whose
+// metadata cannot be decoded is in unreadable instead, with the decoding
+// error.
+func decodeBodies(bodies []body) (msgs map[messageKey]*message.Message, unreadable map[messageKey]error) {
 	msgs = make(map[messageKey]*message.Message, len(bodies))
 	for _, b := range bodies {
 		k := messageKey{b.ID, b.Topic}
-		msg, err := decodeBody(b.ID, b.Metadata, b.Payload)
-		if err != nil {
+		msg := message.NewMessage(b.ID, b.Payload)
+		if err := json.Unmarshal([]byte(b.Metadata), &msg.Metadata); err != nil {
 			if unreadable == nil {
 				unreadable = map[messageKey]error{}
 			}
@@ -51,17 +62,7 @@ func readMessages(db *gorm.DB, keys []messageKey) (msgs map[messageKey]*message.
 		}
 		msgs[k] = msg
 	}
-	return msgs, unreadable, nil
-}
-
-// decodeBody makes a stored body a Watermill message; the error is the
-// metadata's decoding error.
-func decodeBody(id, metadata string, payload []byte) (*message.Message, error) {
-	msg := message.NewMessage(id, payload)
-	if err := json.Unmarshal([]byte(metadata), &msg.Metadata); err != nil {
-		return nil, err
-	}
-	return msg, nil
+	return msgs, unreadable
 }
 
 // deleteOrphans deletes the bodies, of the messages keys names, that no

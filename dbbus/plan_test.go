@@ -145,17 +145,19 @@ func pile(t *testing.T, db *gorm.DB, n int) (msgIDs []string, deliveries []int64
 // (the bodies read, locked and deleted, the deliveries acked, given back
 // and renewed) is found by index probes, one per key, whatever the
 // statistics: never analyzed (the planner then guesses a table's rows from
-// its pages and its columns' declared widths, and misjudges them), at
-// sizes up to a million, and analyzed. Each statement, for 10 keys beside
-// the other messages, reads neither table sequentially, touches fewer than
-// 300 buffers and is estimated cheap enough that PostgreSQL does not
-// compile it with JIT first.
+// its pages and its columns' declared widths, and misjudges them), at two
+// sizes, and analyzed. Each statement, for 10 keys beside the other
+// messages, reads neither table sequentially, touches fewer than 300
+// buffers and is estimated at under a tenth of jit_above_cost, so that
+// PostgreSQL does not compile a batch of 100 with JIT first (keyed by the
+// id alone, the delete of bodies was estimated at 90,000 for 10 ids
+// beside 100,000 messages).
 func TestPostgresSettlePlans(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		others   int
 		analyzed bool
-	}{{20000, false}, {100000, false}, {1000000, false}, {20000, true}} {
+	}{{20000, false}, {100000, false}, {20000, true}} {
 		t.Run(fmt.Sprintf("others=%d/analyzed=%v", c.others, c.analyzed), func(t *testing.T) {
 			t.Parallel()
 			db, _ := testenv.Postgres(t)
@@ -191,8 +193,9 @@ func TestPostgresSettlePlans(t *testing.T) {
 				}
 				assert.Less(t, plan[0].buffers, 300, "%s touches too many buffers: %v", s.what, plan)
 				// Past jit_above_cost (100,000 by default) PostgreSQL
-				// compiles the statement first: 100-200 ms here.
-				assert.Less(t, plan[0].cost, 100000.0, "%s is estimated so costly that PostgreSQL would compile it with JIT", s.what)
+				// compiles the statement first: 100-200 ms here. For 10
+				// keys a tenth of it, so that a batch of 100 stays under.
+				assert.Less(t, plan[0].cost, 10000.0, "%s is estimated so costly that PostgreSQL would compile a batch of 100 with JIT", s.what)
 			}
 		})
 	}

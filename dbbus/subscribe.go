@@ -297,18 +297,13 @@ func (b *Bus) claim(ctx context.Context, group, token string, limit int) ([]clai
 	var msgs map[messageKey]*message.Message
 	var unreadable map[messageKey]error
 	if b.sql.claimBodies {
-		msgs, unreadable = make(map[messageKey]*message.Message, len(rows)), map[messageKey]error{}
+		bodies := make([]body, 0, len(rows))
 		for _, r := range rows {
-			if r.Metadata == nil {
-				continue // missing
-			}
-			k := messageKey{r.MessageID, r.Topic}
-			if msg, err := decodeBody(r.MessageID, *r.Metadata, r.Payload); err != nil {
-				unreadable[k] = err
-			} else {
-				msgs[k] = msg
+			if r.Metadata != nil { // nil: missing
+				bodies = append(bodies, body{ID: r.MessageID, Topic: r.Topic, Metadata: *r.Metadata, Payload: r.Payload})
 			}
 		}
+		msgs, unreadable = decodeBodies(bodies)
 	} else {
 		keys := make([]messageKey, len(rows))
 		for i, r := range rows {

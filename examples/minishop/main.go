@@ -61,6 +61,10 @@ import (
 	"github.com/bentoevents/bento/uow"
 )
 
+// pgIdleConns is how many idle connections minishop keeps on PostgreSQL:
+// enough for its four consumer groups' partition owners and workers.
+const pgIdleConns = 64
+
 func main() {
 	os.Exit(run(os.Args[1:], os.Stderr))
 }
@@ -165,6 +169,11 @@ func serve(ctx context.Context, log *slog.Logger, mode, addr, dbURL, amqpURL, pa
 		}
 		if sqlDB, err := db.DB(); err == nil {
 			defer sqlDB.Close()
+			// Keep what the pool opens: with database/sql's default of two
+			// idle connections, the partitions' owners and workers
+			// reconnected all the time, and under load the connects timed
+			// out and lapsed the consumers' memberships.
+			sqlDB.SetMaxIdleConns(pgIdleConns)
 		}
 		cfg.DB = db
 	}
