@@ -153,7 +153,7 @@ func Browse(ctx context.Context, db *gorm.DB, group string, limit int, fn func(B
 				}
 			}
 			if len(touched) > 0 {
-				if err := deleteOrphans(tx, touched); err != nil {
+				if err := deleteOrphans(tx, d, touched); err != nil {
 					return wrapDB("browse: delete messages", err)
 				}
 			}

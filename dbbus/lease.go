@@ -88,7 +88,7 @@ func ackAll(ctx context.Context, db *gorm.DB, leases []Lease) error {
 		if err := tx.Raw(deleteDeliveries, ids, leases[0].Token).Scan(&gone).Error; err != nil {
 			return wrapDB("ack", err)
 		}
-		if err := deleteOrphans(tx, keys); err != nil {
+		if err := deleteOrphans(tx, d, keys); err != nil {
 			return wrapDB("ack: delete messages", err)
 		}
 		return nil

@@ -109,7 +109,7 @@ func (b *Bus) deadLetter(ctx context.Context, queue, token string, doomed []clai
 			if err := b.publishTx(tx, wire.DeadLetterTopic(group), dead); err != nil {
 				return err
 			}
-			if err := deleteOrphans(tx, keys); err != nil {
+			if err := deleteOrphans(tx, b.d, keys); err != nil {
 				return wrapDB("dead-letter: delete messages", err)
 			}
 			return nil

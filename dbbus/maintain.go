@@ -155,7 +155,7 @@ func PurgeUnroutable(ctx context.Context, db *gorm.DB, olderThan time.Duration) 
 			if len(gone) == 0 {
 				return nil
 			}
-			return deleteOrphans(tx, gone)
+			return deleteOrphans(tx, d, gone)
 		})
 		if err != nil {
 			return total, wrapDB("purge unroutable", err)
@@ -286,7 +286,7 @@ func DeleteGroup(ctx context.Context, db *gorm.DB, group string) (Deleted, error
 					if len(gone) == 0 {
 						return nil
 					}
-					return deleteOrphans(tx, gone)
+					return deleteOrphans(tx, d, gone)
 				})
 				if err != nil {
 					return del, wrapDB("delete group", err)

@@ -68,11 +68,7 @@ func decodeBodies(bodies []body) (msgs map[messageKey]*message.Message, unreadab
 // deleteOrphans deletes the bodies, of the messages keys names, that no
 // delivery references any more. On PostgreSQL the caller has locked them
 // ([lockMessages]) in its transaction.
-func deleteOrphans(tx *gorm.DB, keys []messageKey) error {
-	d, err := dialect.Of(tx)
-	if err != nil {
-		return err
-	}
+func deleteOrphans(tx *gorm.DB, d dialect.Dialect, keys []messageKey) error {
 	s := statementsFor(d)
 	return tx.Exec(s.deleteBodies, s.keys(keys)...).Error
 }
