@@ -62,8 +62,8 @@ type Bus struct {
 	writeMu sync.Mutex
 	mu      closing.Guard // closed by Close; guards subs
 	subs    []*Subscriber
-	wakeMu  sync.Mutex
-	woken   chan struct{} // closed and replaced by wake (guarded by wakeMu)
+	wakes   waker
+	listens bool // on PostgreSQL, unless Config.NoListen
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup // the listener
 }
@@ -88,8 +88,9 @@ func New(db *gorm.DB, cfg *Config) (*Bus, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	b := &Bus{db: db, d: d, sql: statementsFor(d), cfg: c, log: c.Logger, woken: make(chan struct{}), cancel: cancel}
+	b := &Bus{db: db, d: d, sql: statementsFor(d), cfg: c, log: c.Logger, cancel: cancel}
 	if d == dialect.Postgres && !c.NoListen {
+		b.listens = true
 		b.wg.Add(1)
 		go func() {
 			defer b.wg.Done()
@@ -145,21 +146,6 @@ func (b *Bus) write(fn func() error) error {
 	return fn()
 }
 
-// wake tells every subscription of the bus to claim now.
-func (b *Bus) wake() {
-	b.wakeMu.Lock()
-	close(b.woken)
-	b.woken = make(chan struct{})
-	b.wakeMu.Unlock()
-}
-
-// wakeup returns the channel the next wake closes.
-func (b *Bus) wakeup() <-chan struct{} {
-	b.wakeMu.Lock()
-	defer b.wakeMu.Unlock()
-	return b.woken
-}
-
 // listen keeps a LISTEN connection open until ctx ends, waking the bus on
 // each notification of its schema, and once on each (re)connect, since
 // notifications sent while not listening are lost; polling covers the gap.
@@ -173,10 +159,10 @@ func (b *Bus) listen(ctx context.Context) {
 		Channel:  NotifyChannel,
 		Logger:   b.log,
 		Prefix:   "dbbus: ",
-		OnListen: func(string) { b.wake() },
+		OnListen: func(string) { b.wakes.all() },
 		OnNotify: func(payload, schema string) {
-			if payload == schema {
-				b.wake()
+			if queues, ok := notifiedQueues(payload, schema); ok {
+				b.wakeNotified(queues)
 			}
 		},
 	}.Run(ctx, sqlDB)

@@ -3,6 +3,7 @@ package dbbus_test
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -141,4 +142,135 @@ func TestBatchSubscriberSharesOut(t *testing.T) {
 			assert.Equal(t, 2, received, "claims of one: a message each, held at once")
 		}
 	})
+}
+
+// queueClaims counts the claim statements run through a GORM session, by
+// queue.
+type queueClaims struct {
+	logger.Interface
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *queueClaims) LogMode(logger.LogLevel) logger.Interface { return c }
+
+var claimedQueue = regexp.MustCompile(`group_name = ["']([^"']+)["'] AND lease_token IS NULL`)
+
+func (c *queueClaims) Trace(_ context.Context, _ time.Time, fc func() (string, int64), _ error) {
+	sql, _ := fc()
+	if !strings.Contains(sql, "SET lease_token") {
+		return
+	}
+	if m := claimedQueue.FindStringSubmatch(sql); m != nil {
+		c.mu.Lock()
+		c.n[m[1]]++
+		c.mu.Unlock()
+	}
+}
+
+func (c *queueClaims) take() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.n
+	c.n = map[string]int{}
+	return n
+}
+
+// keyOf returns a partition key that goes to partition p of n.
+func keyOf(t *testing.T, p, n int) string {
+	t.Helper()
+	for i := range 10000 {
+		if k := fmt.Sprintf("account-%d", i); messaging.PartitionOf(k, n) == p {
+			return k
+		}
+	}
+	t.Fatalf("no key of partition %d of %d", p, n)
+	return ""
+}
+
+// TestPublishWakesOnlyItsQueues has an owner on each of eight partitions
+// of a group (polls an hour apart, so only wake-ups make them claim), and
+// publishes 20 messages, one at a time, all of one partition: through the
+// bus itself, and on PostgreSQL through another bus whose notifications
+// wake this one. The partition's owner receives each; the seven others
+// must not claim: a wake-up per publish to every subscription of the bus
+// would make each of them claim, in vain, 20 times (160 statements).
+func TestPublishWakesOnlyItsQueues(t *testing.T) {
+	t.Parallel()
+	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend, db *gorm.DB) {
+		const parts, hot = 8, 3
+		counter := &queueClaims{Interface: logger.Discard, n: map[string]int{}}
+		bus := setup(t, db.Session(&gorm.Session{Logger: counter}), dbbus.Config{PollInterval: time.Hour})
+		require.NoError(t, dbbus.DeclarePartitions(t.Context(), db, "ledger", parts, "order.*"))
+		chans := make([]<-chan *message.Message, parts)
+		for p := range parts {
+			ch, err := bus.PartitionSubscriber(1).Subscribe(t.Context(), messaging.PartitionQueue("ledger", p))
+			require.NoError(t, err)
+			chans[p] = ch
+		}
+		time.Sleep(500 * time.Millisecond) // the first claims
+		counter.take()
+
+		publishers := []*dbbus.Bus{bus}
+		if b.Name == "postgres" {
+			publishers = append(publishers, setup(t, db, dbbus.Config{NoListen: true}))
+		}
+		key := keyOf(t, hot, parts)
+		for _, pub := range publishers {
+			for range 10 {
+				m := newMessage(`{}`)
+				m.Metadata.Set(messaging.MetaPartitionKey, key)
+				require.NoError(t, pub.Publish("order.paid", m))
+				got := receive(t, chans[hot], 5*time.Second)
+				require.Equal(t, m.UUID, got.UUID)
+				got.Ack()
+			}
+		}
+		time.Sleep(200 * time.Millisecond) // the last acks' claims
+		claims := counter.take()
+		hotQueue := messaging.PartitionQueue("ledger", hot)
+		others := 0
+		for q, n := range claims {
+			if q != hotQueue {
+				others += n
+			}
+		}
+		t.Logf("%s: claims by queue %v", b.Name, claims)
+		assert.GreaterOrEqual(t, claims[hotQueue], 10*len(publishers), "the hot partition's owner claims each message")
+		assert.LessOrEqual(t, others, 2, "the other partitions' owners stay asleep")
+	})
+}
+
+// TestPublishToManyQueuesWakesAll publishes one message to each of 64
+// partitions of a group whose queue names are 160 bytes long, in one
+// call: the list of queues (over 10,000 bytes) does not fit a
+// notification, which PostgreSQL refuses from 8,000 bytes, so the publish
+// must notify the schema alone, waking every subscription, and each owner
+// receives its message from another bus.
+func TestPublishToManyQueuesWakesAll(t *testing.T) {
+	t.Parallel()
+	db, _ := testenv.Postgres(t)
+	bus := setup(t, db, dbbus.Config{PollInterval: time.Hour})
+	const parts = 64
+	group := strings.Repeat("g", 150)
+	require.NoError(t, dbbus.DeclarePartitions(t.Context(), db, group, parts, "order.*"))
+	chans := make([]<-chan *message.Message, parts)
+	for p := range parts {
+		ch, err := bus.PartitionSubscriber(1).Subscribe(t.Context(), messaging.PartitionQueue(group, p))
+		require.NoError(t, err)
+		chans[p] = ch
+	}
+	time.Sleep(500 * time.Millisecond) // the first claims
+	msgs := make([]*message.Message, parts)
+	for p := range parts {
+		msgs[p] = newMessage(`{}`)
+		msgs[p].Metadata.Set(messaging.MetaPartitionKey, keyOf(t, p, parts))
+	}
+	other := setup(t, db, dbbus.Config{NoListen: true})
+	require.NoError(t, other.Publish("order.paid", msgs...))
+	for p := range parts {
+		got := receive(t, chans[p], 5*time.Second)
+		assert.Equal(t, msgs[p].UUID, got.UUID, "partition %d", p)
+		got.Ack()
+	}
 }

@@ -73,6 +73,7 @@ func (b *Bus) deadLetter(ctx context.Context, queue, token string, doomed []clai
 	}
 	var group string
 	var gone []int64
+	var queues []string // the dead letters went to
 	err := b.write(func() error {
 		return b.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 			var err error
@@ -106,7 +107,7 @@ func (b *Bus) deadLetter(ctx context.Context, queue, token string, doomed []clai
 			if len(dead) == 0 {
 				return nil
 			}
-			if err := b.publishTx(tx, wire.DeadLetterTopic(group), dead); err != nil {
+			if queues, err = b.publishTx(tx, wire.DeadLetterTopic(group), dead); err != nil {
 				return err
 			}
 			if err := deleteOrphans(tx, b.d, keys); err != nil {
@@ -126,7 +127,7 @@ func (b *Bus) deadLetter(ctx context.Context, queue, token string, doomed []clai
 				"message", c.lease.MessageID, "attempts", c.lease.Attempts, "delivery_limit", b.cfg.DeliveryLimit)
 		}
 	}
-	b.wake()
+	b.wakeLocal(queues)
 }
 
 // containsID reports whether ids holds id.

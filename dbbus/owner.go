@@ -71,7 +71,7 @@ func (s *partitionSubscriber) Subscribe(ctx context.Context, queue string) (<-ch
 	// that of two subscriptions the first one subscribed owns it. The
 	// wake-up channel is taken before: a disown or publish between this
 	// attempt and the goroutine's first wait is kept, not slept through.
-	woken := s.bus.wakeup()
+	woken := s.bus.wakes.wakeup(queue)
 	o.owned = o.own(ctx)
 	out := make(chan *message.Message)
 	go func() {
@@ -151,7 +151,7 @@ func (o *owner) run(ctx context.Context, out chan<- *message.Message, woken <-ch
 			}
 			o.disown(ctx)
 			o.owned = false
-			woken = b.wakeup() // not woken by its own disown: wait to retry
+			woken = b.wakes.wakeup(o.queue) // not woken by its own disown: wait to retry
 		}
 		select {
 		case <-ctx.Done():
@@ -161,7 +161,7 @@ func (o *owner) run(ctx context.Context, out chan<- *message.Message, woken <-ch
 		case <-woken:
 		case <-poll.C:
 		}
-		woken = b.wakeup() // before the attempt: a wake-up during it is kept
+		woken = b.wakes.wakeup(o.queue) // before the attempt: a wake-up during it is kept
 		o.owned = o.own(ctx)
 	}
 	o.consume(ctx, out, poll.C)
@@ -191,7 +191,7 @@ func (o *owner) disown(ctx context.Context) {
 	if err != nil {
 		b.log.Warn("dbbus: giving a queue up failed; another subscription takes it when the ownership lapses", "queue", o.queue, "err", wrapDB("disown", err))
 	}
-	b.wake()
+	b.wakes.queues(o.queue)
 }
 
 // inHand is a delivery the owner claimed: handed out (or about to be),
@@ -270,7 +270,7 @@ func (o *owner) consume(ctx context.Context, out chan<- *message.Message, poll <
 	}()
 	renew := time.NewTicker(b.renewEvery())
 	defer renew.Stop()
-	woken := b.wakeup()
+	woken := b.wakes.wakeup(o.queue)
 	// The owner claims ahead, up to a batch (BatchSize, or prefetch when
 	// larger) at a time, when nothing claimed is waiting: no other
 	// subscription may take the queue's messages, so claiming ahead costs
@@ -278,7 +278,7 @@ func (o *owner) consume(ctx context.Context, out chan<- *message.Message, poll <
 	lookahead := max(o.prefetch, b.cfg.BatchSize)
 	for {
 		if limit := lookahead - len(window); more && len(pending) == 0 && limit > 0 && !o.stopped(ctx) {
-			woken = b.wakeup() // before the claim: a wake-up during it is kept
+			woken = b.wakes.wakeup(o.queue) // before the claim: a wake-up during it is kept
 			got, err := b.claim(ctx, o.queue, o.token, limit)
 			if err != nil && ctx.Err() == nil {
 				b.log.Warn("dbbus: claim failed", "queue", o.queue, "err", err)
@@ -316,12 +316,12 @@ func (o *owner) consume(ctx context.Context, out chan<- *message.Message, poll <
 			giveBack(&head, slices.Concat(window[1:], pending))
 			window, pending = nil, nil
 			more = true
-			b.wake()
+			b.wakes.queues(o.queue)
 		case <-flushC:
 			settle()
 		case <-woken:
 			more = true
-			woken = b.wakeup()
+			woken = b.wakes.wakeup(o.queue)
 		case <-poll:
 			more = true
 		case <-renew.C:

@@ -35,15 +35,18 @@ func (b *Bus) Publish(topic string, msgs ...*message.Message) error {
 		return nil
 	}
 	ctx := msgs[0].Context()
+	var queues []string
 	err := b.use(func() error {
 		return b.write(func() error {
 			return b.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-				return b.publishTx(tx, topic, msgs)
+				var err error
+				queues, err = b.publishTx(tx, topic, msgs)
+				return err
 			})
 		})
 	})
 	if err == nil {
-		b.wake() // after the commit, so that the claim it triggers finds them
+		b.wakeLocal(queues) // after the commit, so that the claims it triggers find them
 	}
 	return err
 }
@@ -53,17 +56,24 @@ func (b *Bus) Publish(topic string, msgs ...*message.Message) error {
 // rolls back. It is what makes a hop exactly once: a relay or handler that
 // consumes from one place and publishes to the bus in the same database
 // transaction (marking its input done in tx) publishes each input once.
-// On SQLite the in-process wake-up is sent before tx commits, so a
-// subscriber may find the messages only at its next poll.
+// On PostgreSQL the subscriptions of the messages' queues are woken when tx
+// commits, by its notification; on SQLite (or with Config.NoListen) the
+// in-process wake-up is sent before tx commits, so a subscriber may find
+// the messages only at its next poll.
 //
 // Errors: as Publish.
 func (b *Bus) PublishTx(tx *gorm.DB, topic string, msgs ...*message.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	err := b.use(func() error { return b.publishTx(tx, topic, msgs) })
+	var queues []string
+	err := b.use(func() error {
+		var err error
+		queues, err = b.publishTx(tx, topic, msgs)
+		return err
+	})
 	if err == nil {
-		b.wake()
+		b.wakeLocal(queues)
 	}
 	return err
 }
@@ -71,25 +81,30 @@ func (b *Bus) PublishTx(tx *gorm.DB, topic string, msgs ...*message.Message) err
 // use runs fn unless the bus is closed.
 func (b *Bus) use(fn func() error) error { return b.mu.Use(ErrClosed, fn) }
 
-func (b *Bus) publishTx(tx *gorm.DB, topic string, msgs []*message.Message) error {
+// publishTx writes msgs in tx and returns the queues they went to, which
+// the caller wakes (wakeLocal) once tx commits; on PostgreSQL tx notifies
+// them.
+func (b *Bus) publishTx(tx *gorm.DB, topic string, msgs []*message.Message) ([]string, error) {
 	if err := messaging.ValidateTopic(topic); err != nil {
-		return fmt.Errorf("dbbus: publish: %w", err)
+		return nil, fmt.Errorf("dbbus: publish: %w", err)
 	}
 	groups, err := b.routes(tx, topic)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for start := 0; start < len(msgs); start += publishChunk {
 		if err := b.insert(tx, topic, groups, msgs[start:min(start+publishChunk, len(msgs))]); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	if b.d == dialect.Postgres && groups[0].group != UnroutableGroup {
-		if err := tx.Exec(`SELECT pg_notify(?, current_schema())`, NotifyChannel).Error; err != nil {
-			return wrapDB("publish: notify", err)
-		}
+	if groups[0].group == UnroutableGroup {
+		return nil, nil
 	}
-	return nil
+	queues := queuesOf(groups, msgs)
+	if err := b.notify(tx, queues); err != nil {
+		return nil, err
+	}
+	return queues, nil
 }
 
 // route is a group a topic is bound to, with its partition count (0: not

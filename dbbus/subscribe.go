@@ -128,7 +128,7 @@ func (s *Subscriber) consume(ctx context.Context, group string, out chan<- *mess
 	defer poll.Stop()
 	var rescued time.Time
 	for {
-		woken := b.wakeup() // before the claim: a wake-up during it is kept
+		woken := b.wakes.wakeup(group) // before the claim: a wake-up during it is kept
 		if time.Since(rescued) >= b.cfg.PollInterval {
 			rescued = time.Now()
 			if err := b.rescue(ctx, group); err != nil && ctx.Err() == nil {
@@ -231,7 +231,7 @@ func (s *Subscriber) handOut(ctx context.Context, batch []claimed, out chan<- *m
 				b.log.Warn("dbbus: nack failed", "group", c.lease.Group, "message", c.lease.MessageID, "err", err)
 			}
 			done()
-			b.wake()
+			b.wakes.queues(c.lease.Group)
 		default: // not settled: given back with the rest
 			giveBack = i
 		}
@@ -246,7 +246,7 @@ func (s *Subscriber) handOut(ctx context.Context, batch []claimed, out chan<- *m
 				b.log.Warn("dbbus: give-back failed; the messages come back when their lease expires", "group", c.lease.Group, "err", err)
 			}
 			done()
-			b.wake()
+			b.wakes.queues(c.lease.Group)
 			return false
 		}
 	}
