@@ -481,3 +481,56 @@ func TestAckOfALeaseWithoutTopic(t *testing.T) {
 		}
 	})
 }
+
+// TestClaimsAndAcksCommitAsynchronously: on PostgreSQL a claim and a
+// subscription's ack make their own transaction commit without waiting
+// for the WAL flush (a crash of the server can only undo them, which
+// delivers their messages again), and leave the setting to that
+// transaction: the next transaction on the same connection commits
+// synchronously again. Ack, which may run inside the caller's
+// transaction, must leave that transaction synchronous.
+func TestClaimsAndAcksCommitAsynchronously(t *testing.T) {
+	t.Parallel()
+	db, _ := testenv.Postgres(t)
+	bus := setup(t, db, dbbus.Config{})
+	ctx := t.Context()
+	require.NoError(t, dbbus.DeclareGroup(ctx, db, "billing", "order.*"))
+	require.NoError(t, bus.Publish("order.paid", newMessage(`{"n":1}`), newMessage(`{"n":2}`)))
+
+	syncCommit := func(tx *gorm.DB) string {
+		var s string
+		require.NoError(t, tx.Raw("SHOW synchronous_commit").Row().Scan(&s))
+		return s
+	}
+	require.NoError(t, db.WithContext(ctx).Connection(func(conn *gorm.DB) error {
+		var rows []struct {
+			ID        int64
+			MessageID string
+			Topic     string
+		}
+		require.NoError(t, conn.Transaction(func(tx *gorm.DB) error {
+			require.NoError(t, tx.Raw(dbbus.PostgresClaimSQL, map[string]any{
+				"group": "billing", "limit": 10, "token": "tok", "ms": 30000}).Scan(&rows).Error)
+			assert.Equal(t, "off", syncCommit(tx), "the claim's transaction commits asynchronously")
+			return nil
+		}))
+		require.Len(t, rows, 2)
+		assert.Equal(t, "on", syncCommit(conn), "the claim leaves the next transaction synchronous")
+
+		require.NoError(t, conn.Transaction(func(tx *gorm.DB) error {
+			lease := dbbus.Lease{Group: "billing", Delivery: rows[0].ID, MessageID: rows[0].MessageID, Topic: rows[0].Topic, Token: "tok"}
+			require.NoError(t, dbbus.Ack(ctx, tx, lease))
+			assert.Equal(t, "on", syncCommit(tx), "Ack leaves the caller's transaction synchronous")
+			return nil
+		}))
+		require.NoError(t, conn.Transaction(func(tx *gorm.DB) error {
+			var gone []int64
+			require.NoError(t, tx.Raw(dbbus.PostgresAsyncAckSQL, []int64{rows[1].ID}, "tok").Scan(&gone).Error)
+			assert.Equal(t, []int64{rows[1].ID}, gone)
+			assert.Equal(t, "off", syncCommit(tx), "a subscription's ack commits asynchronously")
+			return nil
+		}))
+		assert.Equal(t, "on", syncCommit(conn), "the ack leaves the next transaction synchronous")
+		return nil
+	}))
+}

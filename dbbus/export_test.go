@@ -19,6 +19,7 @@ var (
 	PostgresLockBodiesSQL   = pgStatements.lockBodies
 	PostgresDeleteBodiesSQL = pgStatements.deleteBodies
 	DeleteDeliveriesSQL     = deleteDeliveries
+	PostgresAsyncAckSQL     = pgAsyncAck
 	ReleaseDeliveriesSQL    = releaseDeliveries
 	PostgresRenewSQL        = pgStatements.renew
 )

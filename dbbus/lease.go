@@ -57,13 +57,17 @@ func newToken() string {
 // Errors: ErrLeaseLost when the lease no longer holds the delivery (nothing
 // is deleted), wrapped database errors.
 func Ack(ctx context.Context, db *gorm.DB, l Lease) error {
-	return ackAll(ctx, db, []Lease{l})
+	return ackAll(ctx, db, []Lease{l}, false)
 }
 
 // ackAll is Ack for several leases of one claim (one token) in one
 // transaction. A lease that no longer holds its delivery makes it return
-// an error wrapping ErrLeaseLost that names it; the others are acked.
-func ackAll(ctx context.Context, db *gorm.DB, leases []Lease) error {
+// an error wrapping ErrLeaseLost that names it; the others are acked. With
+// async, for a subscription's own acks on the bus's pool, the transaction
+// commits asynchronously on PostgreSQL (asyncCommit): never for [Ack],
+// whose db may be the caller's transaction, which would then commit
+// asynchronously too.
+func ackAll(ctx context.Context, db *gorm.DB, leases []Lease, async bool) error {
 	d, err := dialect.Of(db)
 	if err != nil {
 		return fmt.Errorf("dbbus: ack: %w", err)
@@ -85,7 +89,11 @@ func ackAll(ctx context.Context, db *gorm.DB, leases []Lease) error {
 		if err := lockMessages(tx, d, keys); err != nil {
 			return wrapDB("ack: lock messages", err)
 		}
-		if err := tx.Raw(deleteDeliveries, ids, leases[0].Token).Scan(&gone).Error; err != nil {
+		del := deleteDeliveries
+		if async && d == dialect.Postgres {
+			del = pgAsyncAck
+		}
+		if err := tx.Raw(del, ids, leases[0].Token).Scan(&gone).Error; err != nil {
 			return wrapDB("ack", err)
 		}
 		if err := deleteOrphans(tx, d, keys); err != nil {

@@ -228,7 +228,7 @@ func (o *owner) consume(ctx context.Context, out chan<- *message.Message, poll <
 		}
 		sctx, done := settleCtx()
 		defer done()
-		if err := b.write(func() error { return ackAll(sctx, b.db, acked) }); err != nil {
+		if err := b.write(func() error { return ackAll(sctx, b.db, acked, true) }); err != nil {
 			b.log.Warn("dbbus: ack failed; the messages will be delivered again", "queue", o.queue, "err", err)
 		}
 		acked = acked[:0]

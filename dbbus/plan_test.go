@@ -180,6 +180,7 @@ func TestPostgresSettlePlans(t *testing.T) {
 				{"the read of bodies", dbbus.PostgresReadBodiesSQL, keys},
 				{"the lock of bodies", dbbus.PostgresLockBodiesSQL, keys},
 				{"the ack", dbbus.DeleteDeliveriesSQL, []any{deliveries, "tok"}},
+				{"a subscription's ack", dbbus.PostgresAsyncAckSQL, []any{deliveries, "tok"}},
 				{"the delete of bodies", dbbus.PostgresDeleteBodiesSQL, keys},
 				{"the give-back", dbbus.ReleaseDeliveriesSQL, []any{deliveries, "tok"}},
 				{"the renewal", dbbus.PostgresRenewSQL, []any{30000, deliveries, "tok"}},

@@ -75,14 +75,32 @@ func keyIDs(keys []messageKey) []any {
 	return []any{ids}
 }
 
+// asyncCommit, a condition that is always true, makes the PostgreSQL
+// transaction of the statement that holds it commit asynchronously: its
+// commit returns without waiting for the WAL to reach the disk. The
+// bus's own bookkeeping whose loss in a crash of the database server
+// only delivers a message again uses it: a claim (its deliveries become
+// ready again, uncounted) and a subscription's ack on the bus's pool (its
+// deliveries are delivered again; an inbox skips them). [Ack], which may
+// run in the caller's transaction, does not.
+// No data that anything else committed can depend on it: a later
+// synchronous commit flushes the WAL up to its own record, which comes
+// after. A claim commits on every wake-up of every partition, an ack on
+// every batch: waiting for the flush each time had them queue on
+// PostgreSQL's WAL lock behind the writers' commits (most of a steady
+// run's waits). An uncorrelated subquery, it is evaluated once per
+// statement, before any row is read.
+const asyncCommit = `(SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL`
+
 var pgStatements = statements{
 	// The claim leases the rows it locked through the primary key (= ANY
 	// of their ids: a join with them could be hashed over a sequential
 	// scan of the table) and reads their bodies in the same statement, one
-	// probe of the primary key each.
+	// probe of the primary key each. It commits without waiting for the
+	// WAL flush (asyncCommit).
 	claim: `WITH ready AS (
 	SELECT id FROM dbbus_deliveries
-	WHERE group_name = @group AND lease_token IS NULL
+	WHERE group_name = @group AND lease_token IS NULL AND ` + asyncCommit + `
 	ORDER BY id
 	LIMIT @limit
 	FOR UPDATE SKIP LOCKED
@@ -197,6 +215,9 @@ LIMIT @limit`
 	// deleteDeliveries is the fenced ack: only the lease holder's token
 	// matches. It returns the ids deleted.
 	deleteDeliveries = `DELETE FROM dbbus_deliveries WHERE id IN ? AND lease_token = ? RETURNING id`
+	// pgAsyncAck is deleteDeliveries committing asynchronously
+	// (asyncCommit), for a subscription's acks on PostgreSQL.
+	pgAsyncAck = `DELETE FROM dbbus_deliveries WHERE id IN ? AND lease_token = ? AND ` + asyncCommit + ` RETURNING id`
 	// deleteBodies removes the bodies, of the message ids given, that no
 	// delivery references any more.
 	deleteBodies = `DELETE FROM dbbus_messages WHERE id IN ?

@@ -175,7 +175,7 @@ func (s *Subscriber) handOut(ctx context.Context, batch []claimed, out chan<- *m
 		}
 		sctx, done := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 		defer done()
-		if err := b.write(func() error { return ackAll(sctx, b.db, acked) }); err != nil {
+		if err := b.write(func() error { return ackAll(sctx, b.db, acked, true) }); err != nil {
 			b.log.Warn("dbbus: ack failed; the messages will be delivered again", "group", acked[0].Group, "err", err)
 		}
 		acked = acked[:0]
