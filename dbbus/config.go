@@ -24,6 +24,12 @@ type Config struct {
 	// both databases) usually come first. Defaults to 5 s on PostgreSQL,
 	// where the bus listens for other processes' publishes, and to 200 ms
 	// on SQLite or with NoListen, where polling is how they are found.
+	// A partition queue's owner ([Bus.PartitionSubscriber]) on a bus that
+	// listens does not poll once it owns its queue: a publish to the queue
+	// wakes it, wherever it comes from, and each renewal of its ownership
+	// (three per VisibilityTimeout) looks for deliveries too. A
+	// subscription waiting to own a queue polls, to find an owner that
+	// lapsed.
 	PollInterval time.Duration
 	// BatchSize is how many deliveries one claim leases at most; the
 	// subscription hands them out one at a time, in order. Defaults to 16.

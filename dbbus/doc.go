@@ -44,9 +44,9 @@
 // there) publishes each input exactly once. A message whose UUID the bus
 // still holds on that topic is not published again; the same UUID on
 // another topic (a dead letter keeps its message's UUID) is a message of
-// its own. On PostgreSQL the transaction
-// notifies [NotifyChannel] once (PostgreSQL folds identical notifications
-// of one transaction into one), as a hint; subscribers also poll.
+// its own. On PostgreSQL the transaction notifies [NotifyChannel] with the
+// queues it delivered to, as a hint that wakes only their subscriptions;
+// subscribers also poll.
 //
 // # Relaying the outbox
 //
@@ -78,7 +78,10 @@
 // settle a delivery only while its token still matches, and return
 // [ErrLeaseLost] otherwise, leaving a newer lease's delivery alone. Nothing
 // depends on transaction ids or snapshots: a long transaction elsewhere
-// stalls no claim.
+// stalls no claim. On PostgreSQL a claim and a subscription's acks commit
+// asynchronously (synchronous_commit off for their transaction alone): a
+// crash of the server can only undo them, which delivers the messages
+// again; [Ack] leaves the caller's transaction as it is.
 //
 // A live subscription renews the leases it holds three times per
 // visibility timeout, so a slow handler keeps its messages.

@@ -164,7 +164,17 @@ func (o *owner) run(ctx context.Context, out chan<- *message.Message, woken <-ch
 		woken = b.wakes.wakeup(o.queue) // before the attempt: a wake-up during it is kept
 		o.owned = o.own(ctx)
 	}
-	o.consume(ctx, out, poll.C)
+	// An owner on a bus that listens does not poll: it is its queue's only
+	// consumer, every publish to the queue (from any process) notifies it,
+	// a lost connection wakes it once listening again, and its renewals
+	// (three per visibility timeout) look for deliveries too, as a
+	// backstop. Polling, eight partitions' owners claimed in vain every
+	// few seconds, most of an idle consumer's statements.
+	var polls <-chan time.Time
+	if !b.listens {
+		polls = poll.C
+	}
+	o.consume(ctx, out, polls)
 }
 
 // takeOver makes what other tokens hold of the queue ready again.
@@ -202,7 +212,9 @@ type inHand struct {
 }
 
 // consume hands out the queue's deliveries in order, up to prefetch in
-// hand, until ctx ends, the subscriber closes or the ownership is lost;
+// hand, until ctx ends, the subscriber closes or the ownership is lost,
+// looking for more when woken, at each poll (nil: none) and at each
+// renewal;
 // then it deletes what was acked and gives back the rest (what it claimed
 // ahead and did not hand out too).
 func (o *owner) consume(ctx context.Context, out chan<- *message.Message, poll <-chan time.Time) {
@@ -325,6 +337,7 @@ func (o *owner) consume(ctx context.Context, out chan<- *message.Message, poll <
 		case <-poll:
 			more = true
 		case <-renew.C:
+			more = true
 			if o.owned = o.own(ctx); !o.owned {
 				b.log.Warn("dbbus: queue taken over by another subscription; ending this one", "queue", o.queue)
 				return

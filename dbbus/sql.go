@@ -6,9 +6,11 @@ import "github.com/bentoevents/bento/internal/dialect"
 // names through an index: the claim through dbbus_deliveries_ready, the
 // rescue through dbbus_deliveries_leased, acks and releases by primary key.
 
-// NotifyChannel is the PostgreSQL channel a publishing transaction notifies,
-// once, with its schema (current_schema()) as payload. Subscribers LISTEN on
-// it as a hint to claim at once; polling stays the fallback.
+// NotifyChannel is the PostgreSQL channel a publishing transaction
+// notifies. The payload is its schema (current_schema()), then a newline
+// and the queues it delivered to, separated by spaces; the schema alone
+// wakes every subscription of the schema. Subscribers LISTEN on it as a
+// hint to claim at once; polling stays the fallback.
 const NotifyChannel = "bento_dbbus"
 
 // UnroutableGroup is the reserved group that keeps the messages no binding
