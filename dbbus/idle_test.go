@@ -279,3 +279,27 @@ func TestPublishToManyQueuesWakesAll(t *testing.T) {
 		got.Ack()
 	}
 }
+
+// TestUnroutableWakesItsSubscriber publishes on a topic no group is bound
+// to, with polls an hour apart: the subscriber of dbbus.UnroutableGroup
+// is woken, by the publishing bus itself and, on PostgreSQL, by another
+// bus's notification, as a group's subscriber is.
+func TestUnroutableWakesItsSubscriber(t *testing.T) {
+	t.Parallel()
+	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend, db *gorm.DB) {
+		bus := setup(t, db, dbbus.Config{PollInterval: time.Hour})
+		_, ch := subscribe(t, bus, dbbus.UnroutableGroup)
+		time.Sleep(200 * time.Millisecond) // the first claim
+		publishers := []*dbbus.Bus{bus}
+		if b.Name == "postgres" {
+			publishers = append(publishers, setup(t, db, dbbus.Config{NoListen: true}))
+		}
+		for _, pub := range publishers {
+			m := newMessage(`{}`)
+			require.NoError(t, pub.Publish("nobody.listens", m))
+			got := receive(t, ch, 5*time.Second)
+			assert.Equal(t, m.UUID, got.UUID)
+			got.Ack()
+		}
+	})
+}

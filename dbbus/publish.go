@@ -21,7 +21,8 @@ const (
 // Publish implements message.Publisher: in one transaction of its own, it
 // writes each message's body and one delivery row per group whose binding
 // matches topic (a delivery in [UnroutableGroup] when none does), and on
-// PostgreSQL notifies [NotifyChannel] once. A message whose UUID the bus
+// PostgreSQL notifies [NotifyChannel] with the queues it delivered to,
+// waking their subscriptions in every process. A message whose UUID the bus
 // still holds on topic (a delivery of it is not acked yet) is skipped:
 // publishing it again, as a relay does after a crash, delivers it once.
 // The same UUID on another topic, such as a dead letter that keeps its
@@ -97,9 +98,8 @@ func (b *Bus) publishTx(tx *gorm.DB, topic string, msgs []*message.Message) ([]s
 			return nil, err
 		}
 	}
-	if groups[0].group == UnroutableGroup {
-		return nil, nil
-	}
+	// A message kept in UnroutableGroup wakes that group's subscribers
+	// alone, as any queue's.
 	queues := queuesOf(groups, msgs)
 	if err := b.notify(tx, queues); err != nil {
 		return nil, err
