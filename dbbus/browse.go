@@ -157,9 +157,9 @@ func Browse(ctx context.Context, db *gorm.DB, group string, limit int, fn func(B
 					return wrapDB("browse: delete messages", err)
 				}
 			}
-			if moved && d == dialect.Postgres {
-				if err := tx.Exec(`SELECT pg_notify(?, current_schema())`, NotifyChannel).Error; err != nil {
-					return wrapDB("browse: notify", err)
+			if moved {
+				if err := notify(tx, d, "browse", nil); err != nil {
+					return err
 				}
 			}
 			return nil

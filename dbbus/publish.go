@@ -101,7 +101,7 @@ func (b *Bus) publishTx(tx *gorm.DB, topic string, msgs []*message.Message) ([]s
 	// A message kept in UnroutableGroup wakes that group's subscribers
 	// alone, as any queue's.
 	queues := queuesOf(groups, msgs)
-	if err := b.notify(tx, queues); err != nil {
+	if err := notify(tx, b.d, "publish", queues); err != nil {
 		return nil, err
 	}
 	return queues, nil

@@ -231,9 +231,9 @@ func ReplayUnroutable(ctx context.Context, db *gorm.DB, f UnroutableFilter) (Unr
 				}
 				delivered = append(delivered, r)
 			}
-			if len(delivered) > 0 && d == dialect.Postgres {
-				if err := tx.Exec(`SELECT pg_notify(?, current_schema())`, NotifyChannel).Error; err != nil {
-					return wrapDB("replay unroutable: notify", err)
+			if len(delivered) > 0 {
+				if err := notify(tx, d, "replay unroutable", nil); err != nil {
+					return err
 				}
 			}
 			return nil

@@ -68,24 +68,21 @@ func (w *waker) all() {
 // bytes or more.
 const maxNotifyQueues = 7000
 
-// notify has tx notify [NotifyChannel] that queues got deliveries, on
-// PostgreSQL; it does nothing on SQLite. PostgreSQL delivers the
-// notification when tx commits, and folds identical ones of a transaction
-// into one.
-func (b *Bus) notify(tx *gorm.DB, queues []string) error {
-	if b.d != dialect.Postgres {
+// notify has tx, on database d, notify [NotifyChannel] that queues got
+// deliveries (nil: wake every subscription of the schema), for the
+// operation op of its error; it does nothing on SQLite. PostgreSQL
+// delivers the notification when tx commits, and folds identical ones of
+// a transaction into one.
+func notify(tx *gorm.DB, d dialect.Dialect, op string, queues []string) error {
+	if d != dialect.Postgres {
 		return nil
 	}
-	list := strings.Join(queues, " ")
-	if len(list) > maxNotifyQueues {
-		list = ""
+	suffix := ""
+	if list := strings.Join(queues, " "); list != "" && len(list) <= maxNotifyQueues {
+		suffix = "\n" + list
 	}
-	sql := `SELECT pg_notify(?, current_schema() || ?)`
-	if list != "" {
-		list = "\n" + list
-	}
-	if err := tx.Exec(sql, NotifyChannel, list).Error; err != nil {
-		return wrapDB("publish: notify", err)
+	if err := tx.Exec(`SELECT pg_notify(?, current_schema() || ?)`, NotifyChannel, suffix).Error; err != nil {
+		return wrapDB(op+": notify", err)
 	}
 	return nil
 }
