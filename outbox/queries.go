@@ -673,9 +673,11 @@ func partitionPendingSQL(p string) string {
 		    OR EXISTS (SELECT 1 FROM ` + p + ` WHERE status = 'dead')`
 }
 
-// statementTimeoutSQL sets the statement timeout, in milliseconds (as
-// text), for the rest of the current transaction.
-const statementTimeoutSQL = `SELECT set_config('statement_timeout', ?, true)`
+// claimSettingsSQL sets the statement timeout, in milliseconds (as
+// text), for the rest of a claim's transaction, and makes it commit
+// asynchronously (see dialect.CommitAsync): a crash of the server can only
+// undo the claim, whose rows are then claimed again.
+const claimSettingsSQL = `SELECT set_config('statement_timeout', ?, true), set_config('synchronous_commit', 'off', true)`
 
 // dbNowSQL is the database's current time on PostgreSQL (dbClock).
 const dbNowSQL = `now()`

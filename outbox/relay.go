@@ -170,7 +170,7 @@ func (s *Store) claimOnce(ctx context.Context, args map[string]any, byTenant boo
 	)
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		ms := strconv.FormatInt(claimTimeout(args["lease"].(time.Duration)).Milliseconds(), 10)
-		if err := tx.Exec(statementTimeoutSQL, ms).Error; err != nil {
+		if err := tx.Exec(claimSettingsSQL, ms).Error; err != nil {
 			return err
 		}
 		var err error
@@ -333,10 +333,15 @@ func (s *Store) settle(ctx context.Context, tx *gorm.DB, op, query, worker strin
 	return n, nil
 }
 
-// leaveTx runs leave in a transaction of its own.
+// leaveTx runs leave in a transaction of its own, which commits
+// asynchronously on PostgreSQL (dialect.CommitAsync): a crash of the server
+// can only undo it, and the rows are published again.
 func (s *Store) leaveTx(ctx context.Context, query string, args map[string]any) (int64, error) {
 	var n int64
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := dialect.CommitAsync(tx); err != nil {
+			return err
+		}
 		var err error
 		n, err = s.leave(tx, query, args)
 		return err

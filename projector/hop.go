@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"gorm.io/gorm"
 
+	"github.com/bentoevents/bento/internal/dialect"
 	"github.com/bentoevents/bento/internal/tracing"
 	"github.com/bentoevents/bento/messaging"
 	"github.com/bentoevents/bento/outbox"
@@ -100,6 +101,12 @@ func (p *OutboxProjector) publishTx(ctx context.Context, rows []*outbox.Message)
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.PublishTimeout)
 	defer cancel()
 	err := p.store.DB().WithContext(tctx).Transaction(func(tx *gorm.DB) error {
+		// A crash of the server can only undo the transaction as a whole:
+		// the rows are then relayed again, and nothing that read what it
+		// published can have committed without it (dialect.CommitAsync).
+		if err := dialect.CommitAsync(tx); err != nil {
+			return err
+		}
 		// Fence first: on PostgreSQL the marked rows stay locked, so no
 		// claim takes them over before the commit.
 		n, err := settle(tctx, tx, p.cfg.WorkerID, ids)
