@@ -63,7 +63,8 @@ type Bus struct {
 	mu      closing.Guard // closed by Close; guards subs
 	subs    []*Subscriber
 	wakes   waker
-	listens bool // on PostgreSQL, unless Config.NoListen
+	acks    acker // deletes what the subscriptions acked
+	listens bool  // on PostgreSQL, unless Config.NoListen
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup // the listener
 }
@@ -89,6 +90,7 @@ func New(db *gorm.DB, cfg *Config) (*Bus, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Bus{db: db, d: d, sql: statementsFor(d), cfg: c, log: c.Logger, cancel: cancel}
+	b.acks.b = b
 	if d == dialect.Postgres && !c.NoListen {
 		b.listens = true
 		b.wg.Add(1)
@@ -112,6 +114,7 @@ func (b *Bus) Close() error {
 	for _, s := range subs {
 		_ = s.Close()
 	}
+	b.acks.flush()
 	b.cancel()
 	b.wg.Wait()
 	return nil

@@ -81,7 +81,11 @@
 // stalls no claim. On PostgreSQL a claim and a subscription's acks commit
 // asynchronously (synchronous_commit off for their transaction alone): a
 // crash of the server can only undo them, which delivers the messages
-// again; [Ack] leaves the caller's transaction as it is.
+// again; [Ack] leaves the caller's transaction as it is. The bus deletes
+// what its subscriptions acked within 10 ms of each other (or a quarter of
+// the visibility timeout, if shorter) in one transaction, each delivery
+// fenced by the lease of the subscription that acked it, rather than in a
+// transaction per subscription.
 //
 // A live subscription renews the leases it holds three times per
 // visibility timeout, so a slow handler keeps its messages.

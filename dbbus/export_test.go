@@ -1,5 +1,11 @@
 package dbbus
 
+import (
+	"context"
+
+	"gorm.io/gorm"
+)
+
 // PostgresClaimSQL, PostgresRescueSQL and PostgresBrowseSQL are the
 // claim, rescue and browse statements on PostgreSQL, for the plan tests.
 var (
@@ -32,4 +38,10 @@ func PostgresKeys(ids, topics []string) []any {
 		keys[i] = messageKey{ids[i], topics[i]}
 	}
 	return keyArrays(keys)
+}
+
+// AckAll is the ack of the bus's acker: several leases, of any claims, in
+// one transaction.
+func AckAll(ctx context.Context, db *gorm.DB, leases []Lease) error {
+	return ackAll(ctx, db, leases, true)
 }

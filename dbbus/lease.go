@@ -60,13 +60,14 @@ func Ack(ctx context.Context, db *gorm.DB, l Lease) error {
 	return ackAll(ctx, db, []Lease{l}, false)
 }
 
-// ackAll is Ack for several leases of one claim (one token) in one
-// transaction. A lease that no longer holds its delivery makes it return
-// an error wrapping ErrLeaseLost that names it; the others are acked. With
-// async, for a subscription's own acks on the bus's pool, the transaction
-// commits asynchronously on PostgreSQL (asyncCommit): never for [Ack],
-// whose db may be the caller's transaction, which would then commit
-// asynchronously too.
+// ackAll is Ack for several leases in one transaction; they may come from
+// several claims (one delete per lease token, each fenced by its own). A
+// lease that no longer holds its delivery makes it return an error
+// wrapping ErrLeaseLost that names it; the others are acked. With async,
+// for the bus's own acks on its pool (acker), the transaction commits
+// asynchronously on PostgreSQL (asyncCommit): never for [Ack], whose db
+// may be the caller's transaction, which would then commit asynchronously
+// too.
 func ackAll(ctx context.Context, db *gorm.DB, leases []Lease, async bool) error {
 	d, err := dialect.Of(db)
 	if err != nil {
@@ -74,11 +75,22 @@ func ackAll(ctx context.Context, db *gorm.DB, leases []Lease, async bool) error 
 	}
 	ids := make([]int64, len(leases))
 	keys := make([]messageKey, len(leases))
+	byToken := map[string][]int64{}
+	var tokens []string // in order of first appearance
 	for i, l := range leases {
 		ids[i], keys[i] = l.Delivery, messageKey{l.MessageID, l.Topic}
+		if _, ok := byToken[l.Token]; !ok {
+			tokens = append(tokens, l.Token)
+		}
+		byToken[l.Token] = append(byToken[l.Token], l.Delivery)
+	}
+	del := deleteDeliveries
+	if async && d == dialect.Postgres {
+		del = pgAsyncAck
 	}
 	var gone []int64
 	err = db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		gone = gone[:0]
 		if err := topicsOf(tx, ids, keys); err != nil {
 			return wrapDB("ack: read topics", err)
 		}
@@ -89,12 +101,12 @@ func ackAll(ctx context.Context, db *gorm.DB, leases []Lease, async bool) error 
 		if err := lockMessages(tx, d, keys); err != nil {
 			return wrapDB("ack: lock messages", err)
 		}
-		del := deleteDeliveries
-		if async && d == dialect.Postgres {
-			del = pgAsyncAck
-		}
-		if err := tx.Raw(del, ids, leases[0].Token).Scan(&gone).Error; err != nil {
-			return wrapDB("ack", err)
+		for _, token := range tokens {
+			var deleted []int64
+			if err := tx.Raw(del, byToken[token], token).Scan(&deleted).Error; err != nil {
+				return wrapDB("ack", err)
+			}
+			gone = append(gone, deleted...)
 		}
 		if err := deleteOrphans(tx, d, keys); err != nil {
 			return wrapDB("ack: delete messages", err)

@@ -222,49 +222,25 @@ func (o *owner) consume(ctx context.Context, out chan<- *message.Message, poll <
 	var (
 		window  []inHand // handed out, in order
 		pending []inHand // claimed, not handed out yet, in order
-		acked   []Lease  // acked, not deleted yet
 		more    = true   // the queue may have ready deliveries
 	)
-	flush := time.NewTimer(time.Hour)
-	flush.Stop()
-	defer flush.Stop()
-	var flushC <-chan time.Time
 	settleCtx := func() (context.Context, context.CancelFunc) {
 		return context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	}
-	settle := func() {
-		flush.Stop()
-		flushC = nil
-		if len(acked) == 0 {
-			return
-		}
-		sctx, done := settleCtx()
-		defer done()
-		if err := b.write(func() error { return ackAll(sctx, b.db, acked, true) }); err != nil {
-			b.log.Warn("dbbus: ack failed; the messages will be delivered again", "queue", o.queue, "err", err)
-		}
-		acked = acked[:0]
-	}
-	addAck := func(l Lease) {
-		if len(acked) == 0 {
-			flush.Reset(min(ackDelay, b.cfg.VisibilityTimeout/4))
-			flushC = flush.C
-		}
-		acked = append(acked, l)
-	}
-	// giveBack deletes the acked among rest and gives the others back,
-	// uncounted, after nacking nacked (counted) when it is not nil.
+	// giveBack deletes the acked among rest (and every ack the bus holds)
+	// and gives the others back, uncounted, after nacking nacked (counted)
+	// when it is not nil.
 	giveBack := func(nacked *inHand, rest []inHand) {
 		var ids []int64
 		for _, h := range rest {
 			h.cancel()
 			if ack.Acked(h.msg) {
-				addAck(h.lease)
+				b.acks.add(h.lease)
 			} else {
 				ids = append(ids, h.lease.Delivery)
 			}
 		}
-		settle()
+		b.acks.flush()
 		sctx, done := settleCtx()
 		defer done()
 		if nacked != nil {
@@ -320,7 +296,7 @@ func (o *owner) consume(ctx context.Context, out chan<- *message.Message, poll <
 		case <-acks:
 			for len(window) > 0 && ack.Acked(window[0].msg) {
 				window[0].cancel()
-				addAck(window[0].lease)
+				b.acks.add(window[0].lease)
 				window = window[1:]
 			}
 		case <-nackedC:
@@ -329,8 +305,6 @@ func (o *owner) consume(ctx context.Context, out chan<- *message.Message, poll <
 			window, pending = nil, nil
 			more = true
 			b.wakes.queues(o.queue)
-		case <-flushC:
-			settle()
 		case <-woken:
 			more = true
 			woken = b.wakes.wakeup(o.queue)
@@ -346,7 +320,7 @@ func (o *owner) consume(ctx context.Context, out chan<- *message.Message, poll <
 			for _, h := range slices.Concat(window, pending) {
 				leases = append(leases, h.lease)
 			}
-			b.renew(ctx, o.token, append(leases, acked...))
+			b.renew(ctx, o.token, leases)
 		case <-ctx.Done():
 			return
 		case <-o.sub.mu.Done():

@@ -19,11 +19,6 @@ import (
 // subscription's context ended.
 const settleTimeout = 10 * time.Second
 
-// ackDelay is how long an acked delivery may wait to be deleted together
-// with the next acks of its batch (at most a quarter of the visibility
-// timeout).
-const ackDelay = 10 * time.Millisecond
-
 // Subscriber is a message.Subscriber of the bus: Subscribe(ctx, group)
 // consumes a declared group. Get one from [Bus.Subscriber] or
 // [Bus.BatchSubscriber].
@@ -158,31 +153,12 @@ func (s *Subscriber) consume(ctx context.Context, group string, out chan<- *mess
 }
 
 // handOut delivers batch in order, settling each message as it is acked
-// or nacked. Acks are deleted together (ackAll), at the latest ackDelay
-// after the first of them and before handOut returns. It returns false,
-// after giving back what it still holds, when ctx ends or the subscriber
+// or nacked: acks go to the bus's acker, which deletes them within
+// ackDelay. It returns false, after giving back what it still holds (and
+// waiting for its acks to be deleted), when ctx ends or the subscriber
 // closes.
 func (s *Subscriber) handOut(ctx context.Context, batch []claimed, out chan<- *message.Message) bool {
 	b := s.bus
-	var acked []Lease // acked, not deleted yet
-	flush := time.NewTimer(time.Hour)
-	flush.Stop()
-	defer flush.Stop()
-	var flushC <-chan time.Time // flush.C while acked is not empty
-	settle := func() {
-		if len(acked) == 0 {
-			return
-		}
-		sctx, done := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-		defer done()
-		if err := b.write(func() error { return ackAll(sctx, b.db, acked, true) }); err != nil {
-			b.log.Warn("dbbus: ack failed; the messages will be delivered again", "group", acked[0].Group, "err", err)
-		}
-		acked = acked[:0]
-		flush.Stop()
-		flushC = nil
-	}
-	defer settle()
 	renew := time.NewTicker(b.renewEvery())
 	defer renew.Stop()
 	for i, c := range batch {
@@ -203,11 +179,9 @@ func (s *Subscriber) handOut(ctx context.Context, batch []claimed, out chan<- *m
 				break wait
 			case <-nackC:
 				break wait
-			case <-flushC:
-				settle()
 			case <-renew.C:
 				// A slow handler keeps what the subscription holds.
-				b.renew(ctx, c.lease.Token, append(slices.Clone(acked), leasesOf(batch[i:])...))
+				b.renew(ctx, c.lease.Token, leasesOf(batch[i:]))
 			case <-ctx.Done():
 				stopped = true
 				break wait
@@ -220,11 +194,7 @@ func (s *Subscriber) handOut(ctx context.Context, batch []claimed, out chan<- *m
 		giveBack := i + 1 // the first delivery to give back when stopped
 		switch {
 		case ack.Acked(c.msg):
-			if len(acked) == 0 {
-				flush.Reset(min(ackDelay, b.cfg.VisibilityTimeout/4))
-				flushC = flush.C
-			}
-			acked = append(acked, c.lease)
+			b.acks.add(c.lease)
 		case nacked(c.msg):
 			sctx, done := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 			if err := b.write(func() error { return Nack(sctx, b.db, c.lease) }); err != nil {
@@ -236,7 +206,7 @@ func (s *Subscriber) handOut(ctx context.Context, batch []claimed, out chan<- *m
 			giveBack = i
 		}
 		if stopped {
-			settle()
+			b.acks.flush()
 			ids := make([]int64, 0, len(batch)-giveBack)
 			for _, r := range batch[giveBack:] {
 				ids = append(ids, r.lease.Delivery)
