@@ -1,9 +1,7 @@
 package dbbus_test
 
 import (
-	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,30 +16,6 @@ import (
 	"github.com/bentoevents/bento/messaging"
 )
 
-// ackStatements counts the statements that delete acked messages' bodies:
-// one per transaction of acks.
-type ackStatements struct {
-	logger.Interface
-	mu sync.Mutex
-	n  int
-}
-
-func (c *ackStatements) LogMode(logger.LogLevel) logger.Interface { return c }
-
-func (c *ackStatements) Trace(_ context.Context, _ time.Time, fc func() (string, int64), _ error) {
-	if sql, _ := fc(); strings.HasPrefix(sql, "DELETE FROM dbbus_messages ") {
-		c.mu.Lock()
-		c.n++
-		c.mu.Unlock()
-	}
-}
-
-func (c *ackStatements) count() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n
-}
-
 // TestAcksOfSubscriptionsCommitTogether: eight partition owners of one bus
 // each ack a message at the same moment. Their acks must be deleted in one
 // transaction of the bus (two at most, should a flush fall between them),
@@ -53,15 +27,12 @@ func TestAcksOfSubscriptionsCommitTogether(t *testing.T) {
 	t.Parallel()
 	testenv.ForEachBackend(t, func(t *testing.T, _ testenv.Backend, db *gorm.DB) {
 		const parts = 8
-		counter := &ackStatements{Interface: logger.Discard}
+		// One statement per ack transaction deletes the bodies.
+		counter := &statementCounter{Interface: logger.Discard, match: func(sql string) bool {
+			return strings.HasPrefix(sql, "DELETE FROM dbbus_messages ")
+		}}
 		bus := setup(t, db.Session(&gorm.Session{Logger: counter}), dbbus.Config{})
-		require.NoError(t, dbbus.DeclarePartitions(t.Context(), db, "ledger", parts, "order.*"))
-		chans := make([]<-chan *message.Message, parts)
-		for p := range parts {
-			ch, err := bus.PartitionSubscriber(1).Subscribe(t.Context(), messaging.PartitionQueue("ledger", p))
-			require.NoError(t, err)
-			chans[p] = ch
-		}
+		chans := ownPartitions(t, db, bus, "ledger", parts)
 		msgs := make([]*message.Message, parts)
 		for p := range parts {
 			msgs[p] = newMessage(`{}`)

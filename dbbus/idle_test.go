@@ -21,30 +21,29 @@ import (
 	"github.com/bentoevents/bento/messaging"
 )
 
-// claimCounter counts the claim statements run through a GORM session.
-type claimCounter struct {
+// statementCounter counts the statements run through a GORM session that
+// match.
+type statementCounter struct {
 	logger.Interface
-	mu sync.Mutex
-	n  int
+	match func(sql string) bool
+	mu    sync.Mutex
+	n     int
 }
 
-func (c *claimCounter) LogMode(logger.LogLevel) logger.Interface { return c }
+func (c *statementCounter) LogMode(logger.LogLevel) logger.Interface { return c }
 
-func (c *claimCounter) Trace(_ context.Context, _ time.Time, fc func() (string, int64), _ error) {
-	sql, _ := fc()
-	if strings.Contains(sql, "SET lease_token") && strings.Contains(sql, "dbbus_deliveries") {
+func (c *statementCounter) Trace(_ context.Context, _ time.Time, fc func() (string, int64), _ error) {
+	if sql, _ := fc(); c.match(sql) {
 		c.mu.Lock()
 		c.n++
 		c.mu.Unlock()
 	}
 }
 
-func (c *claimCounter) take() int {
+func (c *statementCounter) count() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := c.n
-	c.n = 0
-	return n
+	return c.n
 }
 
 // TestIdleSubscriptionsPollByDefault leaves a plain subscription and a
@@ -181,6 +180,21 @@ func (c *queueClaims) take() map[string]int {
 	return n
 }
 
+// ownPartitions declares group with parts partitions bound to "order.*"
+// and subscribes one owner (prefetch 1) of bus to each of its queues,
+// returning their channels by partition.
+func ownPartitions(t *testing.T, db *gorm.DB, bus *dbbus.Bus, group string, parts int) []<-chan *message.Message {
+	t.Helper()
+	require.NoError(t, dbbus.DeclarePartitions(t.Context(), db, group, parts, "order.*"))
+	chans := make([]<-chan *message.Message, parts)
+	for p := range parts {
+		ch, err := bus.PartitionSubscriber(1).Subscribe(t.Context(), messaging.PartitionQueue(group, p))
+		require.NoError(t, err)
+		chans[p] = ch
+	}
+	return chans
+}
+
 // publishers returns bus and, on PostgreSQL, a bus of its own that does
 // not listen: what it publishes reaches bus's subscriptions through
 // notifications only, as another process's publishes do.
@@ -217,13 +231,7 @@ func TestPublishWakesOnlyItsQueues(t *testing.T) {
 		const parts, hot = 8, 3
 		counter := &queueClaims{Interface: logger.Discard, n: map[string]int{}}
 		bus := setup(t, db.Session(&gorm.Session{Logger: counter}), dbbus.Config{PollInterval: time.Hour})
-		require.NoError(t, dbbus.DeclarePartitions(t.Context(), db, "ledger", parts, "order.*"))
-		chans := make([]<-chan *message.Message, parts)
-		for p := range parts {
-			ch, err := bus.PartitionSubscriber(1).Subscribe(t.Context(), messaging.PartitionQueue("ledger", p))
-			require.NoError(t, err)
-			chans[p] = ch
-		}
+		chans := ownPartitions(t, db, bus, "ledger", parts)
 		time.Sleep(500 * time.Millisecond) // the first claims
 		counter.take()
 
@@ -266,13 +274,7 @@ func TestPublishToManyQueuesWakesAll(t *testing.T) {
 	bus := setup(t, db, dbbus.Config{PollInterval: time.Hour})
 	const parts = 64
 	group := strings.Repeat("g", 150)
-	require.NoError(t, dbbus.DeclarePartitions(t.Context(), db, group, parts, "order.*"))
-	chans := make([]<-chan *message.Message, parts)
-	for p := range parts {
-		ch, err := bus.PartitionSubscriber(1).Subscribe(t.Context(), messaging.PartitionQueue(group, p))
-		require.NoError(t, err)
-		chans[p] = ch
-	}
+	chans := ownPartitions(t, db, bus, group, parts)
 	time.Sleep(500 * time.Millisecond) // the first claims
 	msgs := make([]*message.Message, parts)
 	for p := range parts {
