@@ -57,13 +57,28 @@ const (
 
 var claimHeldShapes = []string{shapeOne, shapeMany}
 
-// The layouts of outbox_events.
+// The layouts of outbox_events, and the statistics the planner has of it:
+// a layout is analyzed (VACUUM ANALYZE) after each fill, an unanalyzed one
+// has its statistics removed instead (forgetStatsSQL), as a table that
+// autovacuum never reached.
 const (
-	layoutPlain       = "plain"       // outbox.Migrate
-	layoutPartitioned = "partitioned" // outbox.MigrateWith, daily partitions
+	layoutPlain                 = "plain"                  // outbox.Migrate
+	layoutPartitioned           = "partitioned"            // outbox.MigrateWith, daily partitions
+	layoutPlainUnanalyzed       = "plain-unanalyzed"       // plain, no statistics
+	layoutPartitionedUnanalyzed = "partitioned-unanalyzed" // partitioned, no statistics
 )
 
-var claimHeldLayouts = []string{layoutPlain, layoutPartitioned}
+var claimHeldLayouts = []string{layoutPlain, layoutPartitioned, layoutPlainUnanalyzed, layoutPartitionedUnanalyzed}
+
+// partitioned reports whether layout is one of the partitioned table.
+func partitioned(layout string) bool {
+	return layout == layoutPartitioned || layout == layoutPartitionedUnanalyzed
+}
+
+// analyzed reports whether layout's table is analyzed after each fill.
+func analyzed(layout string) bool {
+	return layout == layoutPlain || layout == layoutPartitioned
+}
 
 func defaultClaimHeldConfig() claimHeldConfig {
 	return claimHeldConfig{
@@ -194,7 +209,7 @@ func runClaimHeldLayout(ctx context.Context, e *env, cfg claimHeldConfig, layout
 	}
 	defer closeGorm(db)
 	var opts *partition.MigrateOpts
-	if layout == layoutPartitioned {
+	if partitioned(layout) {
 		opts = &partition.MigrateOpts{Partitioning: partition.Daily}
 	}
 	if err := outbox.MigrateWith(ctx, db, opts); err != nil {
@@ -233,7 +248,7 @@ func runClaimHeldLayout(ctx context.Context, e *env, cfg claimHeldConfig, layout
 // claimHeldMinClaims, once cfg.Budget is spent), each followed by a
 // release so every claim sees the same table; last, it explains one more.
 func measureHeld(ctx context.Context, db *gorm.DB, store *outbox.Store, cfg claimHeldConfig, p *claimHeldPoint) error {
-	if err := fillHeld(ctx, db, p.Held, p.DeadHeads, cfg.Ready); err != nil {
+	if err := fillHeld(ctx, db, p.Held, p.DeadHeads, cfg.Ready, analyzed(p.Layout)); err != nil {
 		return err
 	}
 	t0 := time.Now()
@@ -357,10 +372,24 @@ FROM (
     FROM generate_series(0, @ready - 1) AS g
 ) AS r`
 
+// forgetStatsSQL removes what the planner knows of the outbox's tables in
+// the current schema: their column statistics, and their size and row
+// count as the last VACUUM or ANALYZE recorded them (reltuples -1: never
+// vacuumed nor analyzed), so that it plans as for a table autovacuum never
+// reached. It writes the catalogs, which needs a superuser.
+const forgetStatsSQL = `DO $$
+BEGIN
+    DELETE FROM pg_statistic AS s USING pg_class AS c
+    WHERE s.starelid = c.oid AND c.relnamespace = current_schema()::regnamespace AND c.relname LIKE 'outbox\_%';
+    UPDATE pg_class SET reltuples = -1, relpages = 0, relallvisible = 0
+    WHERE relnamespace = current_schema()::regnamespace AND relname LIKE 'outbox\_%' AND relkind IN ('r', 'p');
+END $$`
+
 // fillHeld empties outbox_events and fills it for one measurement (with
-// the NOTIFY trigger off, since nobody listens), then analyzes it and
-// checkpoints so the measurement does not pay for the writes.
-func fillHeld(ctx context.Context, db *gorm.DB, held, aggs, ready int) error {
+// the NOTIFY trigger off, since nobody listens), then analyzes it (or, not
+// analyze, removes its statistics) and checkpoints so the measurement does
+// not pay for the writes.
+func fillHeld(ctx context.Context, db *gorm.DB, held, aggs, ready int, analyze bool) error {
 	want := int64(aggs + held + ready)
 	err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		for _, q := range []string{emptyOutboxSQL, "ALTER TABLE outbox_events DISABLE TRIGGER outbox_events_notify"} {
@@ -380,9 +409,13 @@ func fillHeld(ctx context.Context, db *gorm.DB, held, aggs, ready int) error {
 	if err != nil {
 		return err
 	}
-	for _, q := range []string{"VACUUM ANALYZE outbox_events", "CHECKPOINT"} {
+	stats := "VACUUM ANALYZE outbox_events"
+	if !analyze {
+		stats = forgetStatsSQL
+	}
+	for _, q := range []string{stats, "CHECKPOINT"} {
 		if err := db.WithContext(ctx).Exec(q).Error; err != nil {
-			return err
+			return fmt.Errorf("%.40s: %w", q, err)
 		}
 	}
 	return nil

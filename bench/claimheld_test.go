@@ -123,8 +123,8 @@ func TestSummarizeClaimHeldAndTargets(t *testing.T) {
 	}
 }
 
-// TestSmokeClaimHeld runs the claimheld scenario at a small size on both
-// layouts: every claim must take only ready rows (claimReady checks), and
+// TestSmokeClaimHeld runs the claimheld scenario at a small size on every
+// layout, analyzed and with no statistics: every claim must take only ready rows (claimReady checks), and
 // the plans must show the held rows walked past.
 func TestSmokeClaimHeld(t *testing.T) {
 	t.Parallel()
@@ -137,8 +137,8 @@ func TestSmokeClaimHeld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res) != 8 {
-		t.Fatalf("%d points, want 2 layouts x 2 shapes x 2 sizes", len(res))
+	if want := 4 * len(cfg.Layouts); len(res) != want {
+		t.Fatalf("%d points, want %d: %d layouts x 2 shapes x 2 sizes", len(res), want, len(cfg.Layouts))
 	}
 	for _, p := range res {
 		if p.Claim.Count != 3 || p.ColdMS <= 0 || p.WarmupClaims != 3 {
@@ -150,7 +150,7 @@ func TestSmokeClaimHeld(t *testing.T) {
 			t.Errorf("%+v: plan %s", p.key(), p.PlanStats)
 		}
 	}
-	if c := summarizeClaimHeld([][]claimHeldPoint{res}, cfg); len(c.Rows) != 8 || len(claimHeldTargets(c)) != 4 {
+	if c := summarizeClaimHeld([][]claimHeldPoint{res}, cfg); len(c.Rows) != 4*len(cfg.Layouts) || len(claimHeldTargets(c)) != 2*len(cfg.Layouts) {
 		t.Errorf("summary %+v", c.Rows)
 	}
 }

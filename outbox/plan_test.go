@@ -228,3 +228,49 @@ func TestPostgresPlansNoStatistics(t *testing.T) {
 		tailStatements(t, db)
 	})
 }
+
+// TestPostgresPlansSmallTableNoStatistics claims from a small table that
+// was never analyzed (300 events behind a dead one and 20 ready, all
+// created at one instant): the claim must reach the rows it leases and
+// holds back through their primary key, dropping no row on its way. With
+// no statistics the planner used to join them through the monitoring
+// index outbox_events_unsent, matching created_at (not its leading
+// column) and filtering on id, so that each claimed row walked past every
+// row created at the same instant.
+func TestPostgresPlansSmallTableNoStatistics(t *testing.T) {
+	t.Parallel()
+	planLayouts(t, func(t *testing.T, open func() *gorm.DB) {
+		db := open()
+		require.NoError(t, db.Exec(`
+			INSERT INTO outbox_events (id, topic, aggregate_type, aggregate_id, aggregate_version,
+			                           payload, occurred_at, created_at, available_at, status, held)
+			SELECT 'h' || lpad(g::text, 25, '0'), 'order.paid', 'order', 'hot', g,
+			       '{}'::jsonb, now(), now(), now() - interval '1 minute',
+			       CASE WHEN g = 1 THEN 'dead' ELSE 'new' END, g > 1
+			FROM generate_series(1, 301) AS g
+			UNION ALL
+			SELECT 'r' || lpad(g::text, 25, '0'), 'order.paid', 'order', 'r' || g, 1,
+			       '{}'::jsonb, now(), now(), now() - interval '1 minute', 'new', false
+			FROM generate_series(1, 20) AS g`).Error)
+		var out string
+		require.NoError(t, db.Raw("EXPLAIN (ANALYZE, FORMAT JSON) "+outbox.PostgresClaimSQL(), claimArgs(5, 5)).Row().Scan(&out))
+		var doc []struct{ Plan map[string]any }
+		require.NoError(t, json.Unmarshal([]byte(out), &doc))
+		var walk func(n map[string]any)
+		walk = func(n map[string]any) {
+			relation, _ := n["Relation Name"].(string)
+			index, _ := n["Index Name"].(string)
+			loops, _ := n["Actual Loops"].(float64)
+			removed, _ := n["Rows Removed by Filter"].(float64)
+			if strings.HasPrefix(relation, "outbox_events") && index != "" {
+				assert.Zero(t, removed*loops, "%s on %s walks past rows it does not take", index, relation)
+			}
+			children, _ := n["Plans"].([]any)
+			for _, c := range children {
+				walk(c.(map[string]any))
+			}
+		}
+		walk(doc[0].Plan)
+		assert.Equal(t, int64(5), countRows(t, db, "status = 'publishing'"))
+	})
+}
