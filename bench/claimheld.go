@@ -70,6 +70,13 @@ const (
 
 var claimHeldLayouts = []string{layoutPlain, layoutPartitioned, layoutPlainUnanalyzed, layoutPartitionedUnanalyzed}
 
+// claimHeldDefaultLayouts are the layouts measured unless
+// -claimheld-layouts names others: the unanalyzed ones are asked for by
+// name (with 100,000 events behind 10,000 dead ones, the first claim of a
+// never-analyzed table, plain or partitioned, still exceeds the claim's
+// statement timeout, which ends the scenario).
+var claimHeldDefaultLayouts = []string{layoutPlain, layoutPartitioned}
+
 // partitioned reports whether layout is one of the partitioned table.
 func partitioned(layout string) bool {
 	return layout == layoutPartitioned || layout == layoutPartitionedUnanalyzed
@@ -83,7 +90,7 @@ func analyzed(layout string) bool {
 func defaultClaimHeldConfig() claimHeldConfig {
 	return claimHeldConfig{
 		Held: []int{0, 10000, 100000}, Ready: 1000, PerAggregate: 10, Limits: []int{10, 500}, Claims: 50,
-		Budget: 3 * time.Second, WarmupLimit: 500, Shapes: claimHeldShapes, Layouts: claimHeldLayouts,
+		Budget: 3 * time.Second, WarmupLimit: 500, Shapes: claimHeldShapes, Layouts: claimHeldDefaultLayouts,
 	}
 }
 
