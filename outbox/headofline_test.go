@@ -72,6 +72,7 @@ func indexRowsRead(t *testing.T, db *gorm.DB, limit int) int64 {
 type planNode struct {
 	kind, relation, index string
 	read, buffers         int64
+	removed               int64 // rows its filter dropped, over all its loops
 }
 
 // planNodes flattens a JSON plan, depth first.
@@ -92,7 +93,7 @@ func planNodes(t *testing.T, plan string) []planNode {
 		hit, _ := n["Shared Hit Blocks"].(float64)
 		read, _ := n["Shared Read Blocks"].(float64)
 		out = append(out, planNode{kind: kind, relation: relation, index: index,
-			read: int64(rows*loops + removed), buffers: int64(hit + read)})
+			read: int64(rows*loops + removed), buffers: int64(hit + read), removed: int64(removed * loops)})
 		children, _ := n["Plans"].([]any)
 		for _, c := range children {
 			walk(c.(map[string]any))
