@@ -19,9 +19,7 @@ import (
 // countBodies counts the message bodies the bus holds.
 func countBodies(t *testing.T, db *gorm.DB) int {
 	t.Helper()
-	var n int64
-	require.NoError(t, db.Raw(`SELECT count(*) FROM dbbus_messages`).Scan(&n).Error)
-	return int(n)
+	return int(rows(t, db, "dbbus_messages"))
 }
 
 // createdAt is at as the bus stores dbbus_messages.created_at: a

@@ -78,21 +78,16 @@ func keyIDs(keys []messageKey) []any {
 }
 
 // asyncCommit, a condition that is always true, makes the PostgreSQL
-// transaction of the statement that holds it commit asynchronously: its
-// commit returns without waiting for the WAL to reach the disk. The
-// bus's own bookkeeping whose loss in a crash of the database server
-// only delivers a message again uses it: a claim (its deliveries become
-// ready again, uncounted) and a subscription's ack on the bus's pool (its
-// deliveries are delivered again; an inbox skips them). [Ack], which may
-// run in the caller's transaction, does not.
-// No data that anything else committed can depend on it: a later
-// synchronous commit flushes the WAL up to its own record, which comes
-// after. A claim commits on every wake-up of every partition, an ack on
-// every batch: waiting for the flush each time had them queue on
-// PostgreSQL's WAL lock behind the writers' commits (most of a steady
-// run's waits). An uncorrelated subquery, it is evaluated once per
-// statement, before any row is read.
-const asyncCommit = `(SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL`
+// transaction of the statement that holds it commit asynchronously
+// (dialect.AsyncCommit, and dialect.CommitAsync for why that is safe for
+// what only delivers a message again if a crash undoes it): a claim (its
+// deliveries become ready again, uncounted) and the bus's acks (delivered
+// again; an inbox skips them). [Ack], which may run in the caller's
+// transaction, does not. A claim commits on every wake-up of every
+// partition: waiting for the flush each time had claims and acks queue on
+// PostgreSQL's WAL lock behind the writers' commits. An uncorrelated
+// subquery, it is evaluated once per statement, before any row is read.
+const asyncCommit = `(SELECT ` + dialect.AsyncCommit + `) IS NOT NULL`
 
 var pgStatements = statements{
 	// The claim leases the rows it locked through the primary key (= ANY

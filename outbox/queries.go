@@ -690,7 +690,7 @@ func partitionPendingSQL(p string) string {
 // text), for the rest of a claim's transaction, and makes it commit
 // asynchronously (see dialect.CommitAsync): a crash of the server can only
 // undo the claim, whose rows are then claimed again.
-const claimSettingsSQL = `SELECT set_config('statement_timeout', ?, true), set_config('synchronous_commit', 'off', true)`
+const claimSettingsSQL = `SELECT set_config('statement_timeout', ?, true), ` + dialect.AsyncCommit
 
 // dbNowSQL is the database's current time on PostgreSQL (dbClock).
 const dbNowSQL = `now()`

@@ -2,10 +2,15 @@ package dialect
 
 import "gorm.io/gorm"
 
-// AsyncCommitSQL makes the current PostgreSQL transaction commit without
-// waiting for its WAL record to reach the disk (synchronous_commit off for
-// this transaction alone).
-const AsyncCommitSQL = `SELECT set_config('synchronous_commit', 'off', true)`
+// AsyncCommit is the PostgreSQL expression that makes the current
+// transaction commit without waiting for its WAL record to reach the disk
+// (synchronous_commit off for this transaction alone). Statements that
+// must not cost a round trip of their own embed it; see CommitAsync for
+// when it may be used.
+const AsyncCommit = `set_config('synchronous_commit', 'off', true)`
+
+// AsyncCommitSQL is AsyncCommit as a statement of its own.
+const AsyncCommitSQL = `SELECT ` + AsyncCommit
 
 // CommitAsync makes tx, a transaction on PostgreSQL, commit asynchronously;
 // on SQLite it does nothing. It is for bento's own bookkeeping whose loss
